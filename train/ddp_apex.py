@@ -1,0 +1,13 @@
+"""DDP + mixed precision with apex's opt levels, implemented on native torch.amp.
+
+    torchrun --nproc_per_node=4 train/ddp_apex.py -a resnet50 -b 208 -j 20 --opt-level O2 /data/imagenet
+    torchrun --nproc_per_node=2 train/ddp_apex.py -a resnet18 --image-size 64 data/synthetic  # CPU, bf16
+
+Same as train/ddp.py with --opt-level defaulting to O1 (autocast + dynamic loss scaling). On a
+CPU the half type is bfloat16, which needs no loss scaling. NVIDIA apex itself is not needed.
+"""
+from recipe.engine import run
+from recipe.strategies import DDPStrategy
+
+if __name__ == "__main__":
+    run(DDPStrategy(), entry="ddp_apex", description=__doc__, defaults={"opt_level": "O1"})

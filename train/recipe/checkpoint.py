@@ -1,0 +1,84 @@
+"""Checkpoints: atomic writes, weights_only loading, everything needed to continue exactly.
+
+A checkpoint is a plain dict of tensors, numbers, strings and lists, so `torch.load(...,
+weights_only=True)` reads it and a file that would need arbitrary unpickling is refused.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from .config import UsageError
+
+LATEST = "checkpoint.pth"
+BEST = "model_best.pth"
+REQUIRED_KEYS = ("model", "optimizer", "epoch", "arch")
+
+
+def _atomic(path: Path, write) -> None:
+    """Write via a temp file in the same folder, fsync, then rename over the target: a crash at
+    any point leaves either the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def save(state: Dict[str, Any], run_dir: Path, is_best: bool) -> Path:
+    path = run_dir / LATEST
+    _atomic(path, lambda tmp: torch.save(state, tmp))
+    if is_best:
+        _atomic(run_dir / BEST, lambda tmp: shutil.copyfile(path, tmp))
+    return path
+
+
+def load(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        raise UsageError(f"--resume {path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise UsageError(f"--resume {path} is not a readable checkpoint "
+                         f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+    if not isinstance(state, dict) or not all(k in state for k in REQUIRED_KEYS):
+        raise UsageError(f"--resume {path} is not a training checkpoint of this recipe "
+                         f"(expected keys {REQUIRED_KEYS})")
+    return state
+
+
+def find_latest(logdir: Path, run_name_prefix: str) -> Optional[Path]:
+    """Newest checkpoint of a run dir under `logdir` whose name starts with the prefix."""
+    candidates = [p / LATEST for p in logdir.glob(run_name_prefix + "*") if (p / LATEST).is_file()]
+    return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
+
+
+# --- RNG state, as weights_only-loadable values --------------------------------------------------
+def rng_state() -> Dict[str, Any]:
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)),
+                  int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "python": random.getstate(),
+    }
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))

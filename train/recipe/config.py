@@ -1,0 +1,222 @@
+"""One typed config for every entry script, and the argparse CLI generated from it.
+
+The flags follow pytorch/examples/imagenet (`-a -b -j --lr --wd -p -e --resume ...`) because that
+is what users already type; everything else is an addition, never a rename.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+OPT_LEVELS = ("O0", "O1", "O2", "O3")
+DATA_BACKENDS = ("pytorch", "synthetic", "dali-cpu", "dali-gpu")
+LR_SCHEDULES = ("step", "cosine")
+
+# Options of apex's `amp.initialize` that have no meaning here. apex's amp module was removed
+# upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
+APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
+                     "--patch-torch-functions")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one clear message and exit status 2."""
+
+
+def opt(*flags: str, help: str, **argparse_kwargs: Any) -> dict:
+    """Field metadata: the CLI flags and help of one config field."""
+    return {"flags": flags, "help": help, "argparse": argparse_kwargs}
+
+
+@dataclass
+class TrainConfig:
+    # --- data -----------------------------------------------------------------------------------
+    data: Optional[str] = field(default=None, metadata=opt(
+        "data", help="dataset root with train/ and val/ ImageFolder trees "
+                     "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
+    data_backend: str = field(default="pytorch", metadata=opt(
+        "--data-backend", help="data loader", choices=DATA_BACKENDS))
+    dummy: bool = field(default=False, metadata=opt(
+        "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
+    workers: int = field(default=-1, metadata=opt(
+        "-j", "--workers", help="data loading workers per process (-1: derived from the cores)"))
+    image_size: int = field(default=224, metadata=opt(
+        "--image-size", help="train crop size; validation resizes to size/0.875 then center-crops"))
+    synthetic_train_size: int = field(default=1_281_167, metadata=opt(
+        "--synthetic-train-size", help="images per epoch of the synthetic backend"))
+    synthetic_val_size: int = field(default=50_000, metadata=opt(
+        "--synthetic-val-size", help="validation images of the synthetic backend"))
+    synthetic_classes: int = field(default=1000, metadata=opt(
+        "--synthetic-classes", help="classes of the synthetic backend"))
+
+    # --- model ----------------------------------------------------------------------------------
+    arch: str = field(default="resnet50", metadata=opt(
+        "-a", "--arch", help="torchvision model name, e.g. resnet18, resnet50"))
+    pretrained: Optional[str] = field(default=None, metadata=opt(
+        "--pretrained", help="path of a local weights file (state_dict) to start from"))
+    channels_last: bool = field(default=False, metadata=opt(
+        "--channels-last", help="use the channels_last memory format (faster on tensor cores)"))
+    compile: bool = field(default=False, metadata=opt(
+        "--compile", help="torch.compile the model"))
+    sync_bn: bool = field(default=False, metadata=opt(
+        "--sync-bn", help="synchronise BatchNorm statistics across processes (DDP only)"))
+
+    # --- optimisation ---------------------------------------------------------------------------
+    epochs: int = field(default=90, metadata=opt("--epochs", help="total epochs to run"))
+    start_epoch: int = field(default=0, metadata=opt(
+        "--start-epoch", help="manual epoch number (useful on restarts; --resume overrides it)"))
+    batch_size: int = field(default=256, metadata=opt(
+        "-b", "--batch-size", help="mini-batch size PER PROCESS"))
+    lr: float = field(default=0.1, metadata=opt(
+        "--lr", "--learning-rate", help="learning rate for a global batch of 256; scaled "
+                                        "linearly by global batch / 256"))
+    no_lr_scaling: bool = field(default=False, metadata=opt(
+        "--no-lr-scaling", help="use --lr as is, without linear scaling by global batch"))
+    momentum: float = field(default=0.9, metadata=opt("--momentum", help="SGD momentum"))
+    weight_decay: float = field(default=1e-4, metadata=opt(
+        "--wd", "--weight-decay", help="weight decay"))
+    label_smoothing: float = field(default=0.0, metadata=opt(
+        "--label-smoothing", help="label smoothing of the cross-entropy loss"))
+    lr_schedule: str = field(default="step", metadata=opt(
+        "--lr-schedule", help="step: /10 at --lr-steps epochs; cosine: to 0 at the last epoch",
+        choices=LR_SCHEDULES))
+    lr_steps: tuple = field(default=(30, 60, 80), metadata=opt(
+        "--lr-steps", help="epochs where the step schedule divides the lr by 10",
+        nargs="+", type=int))
+    warmup_epochs: float = field(default=0.0, metadata=opt(
+        "--warmup-epochs", help="linear lr warm-up from 0 over this many epochs"))
+    grad_accum: int = field(default=1, metadata=opt(
+        "--grad-accum", help="micro-batches accumulated per optimizer step"))
+    steps_per_epoch: int = field(default=0, metadata=opt(
+        "--steps-per-epoch", help="cap optimizer steps per epoch (0: the whole epoch); for "
+                                  "benchmarks and sweeps"))
+    desired_acc: Optional[float] = field(default=None, metadata=opt(
+        "--desired-acc", help="stop once validation top-1 (%%) reaches this value"))
+    seed: Optional[int] = field(default=None, metadata=opt(
+        "--seed", help="seed for initialisation, data order and augmentation (default: 0)"))
+
+    # --- precision ------------------------------------------------------------------------------
+    opt_level: str = field(default="O0", metadata=opt(
+        "--opt-level", help="apex-style mixed precision level on native torch.amp: O0 fp32, "
+                            "O1 autocast + dynamic loss scaling, O2 half model with fp32 master "
+                            "weights and fp32 BatchNorm, O3 pure half", choices=OPT_LEVELS))
+    amp_dtype: str = field(default="auto", metadata=opt(
+        "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
+        choices=("auto", "float16", "bfloat16")))
+    loss_scale: str = field(default="dynamic", metadata=opt(
+        "--loss-scale", help="'dynamic' or a fixed float (fp16 only)"))
+
+    # --- run, logging, checkpoints --------------------------------------------------------------
+    device: str = field(default="auto", metadata=opt(
+        "--device", help="auto (CUDA if present), cpu or cuda", choices=("auto", "cpu", "cuda")))
+    print_freq: int = field(default=10, metadata=opt(
+        "-p", "--print-freq", help="print and log every N optimizer steps"))
+    logdir: str = field(default="runs", metadata=opt(
+        "--logdir", help="parent folder of run dirs (TensorBoard, JSONL log, checkpoints)"))
+    run_name: Optional[str] = field(default=None, metadata=opt(
+        "--run-name", help="run dir name under --logdir (default: <script>-<arch>-<time>)"))
+    resume: Optional[str] = field(default=None, metadata=opt(
+        "--resume", help="checkpoint path, or 'auto' for the latest checkpoint of this run"))
+    evaluate: bool = field(default=False, metadata=opt(
+        "-e", "--evaluate", help="only evaluate the model (with --resume or --pretrained)"))
+    dist_timeout: float = field(default=1800.0, metadata=opt(
+        "--dist-timeout", help="seconds a collective may wait for a peer before failing"))
+    deterministic: bool = field(default=False, metadata=opt(
+        "--deterministic", help="use deterministic algorithms (slower on GPU)"))
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return "synthetic" if self.dummy else self.data_backend
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path, **extra: Any) -> None:
+        path.write_text(json.dumps({**self.to_dict(), **extra}, indent=2, sort_keys=True))
+
+
+def build_parser(description: str = "", defaults: Optional[dict] = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = defaults or {}
+    for f in dataclasses.fields(TrainConfig):
+        meta = f.metadata
+        default = defaults.get(f.name, f.default)
+        kwargs = dict(meta["argparse"], help=meta["help"] + f" (default: {default})")
+        if f.type in ("bool",):
+            kwargs["action"] = "store_true"
+        elif "type" not in kwargs and "choices" not in kwargs:
+            kwargs["type"] = _scalar_type(f.type)
+        if meta["flags"][0].startswith("-"):
+            kwargs["dest"] = f.name
+        parser.add_argument(*meta["flags"], default=default, **kwargs)
+    # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead. Accept both.
+    parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
+                        help=argparse.SUPPRESS)
+    for flag in APEX_ONLY_OPTIONS:
+        parser.add_argument(flag, dest="apex_only_" + flag.strip("-").replace("-", "_"),
+                            nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def _scalar_type(annotation: str):
+    base = annotation.replace("Optional[", "").rstrip("]")
+    return {"int": int, "float": float, "str": str}[base]
+
+
+def parse_args(argv: Optional[list] = None, description: str = "",
+               defaults: Optional[dict] = None) -> TrainConfig:
+    """Parse and validate the command line; raises UsageError on bad input."""
+    parser = build_parser(description, defaults)
+    ns = vars(parser.parse_args(argv))
+    ns.pop("local_rank")
+    apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
+    for k in [k for k in ns if k.startswith("apex_only_")]:
+        ns.pop(k)
+    if apex_used:
+        flags = ", ".join("--" + k[len("apex_only_"):].replace("_", "-") for k in apex_used)
+        raise UsageError(
+            f"{flags}: apex-only option. NVIDIA apex's amp module was removed upstream in 2025; "
+            "this recipe implements the opt levels on native torch.amp. O2 always keeps fp32 "
+            "master weights and fp32 BatchNorm. Choose the behaviour with --opt-level O0..O3 and "
+            "--amp-dtype, and drop this option.")
+    ns["lr_steps"] = tuple(ns["lr_steps"])
+    cfg = TrainConfig(**ns)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Checks that need no filesystem or device; those live next to the code that uses them."""
+    for name in ("batch_size", "epochs", "grad_accum", "print_freq", "image_size"):
+        if getattr(cfg, name) <= 0:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} must be a positive integer, got {getattr(cfg, name)}")
+    if cfg.start_epoch < 0 or (cfg.start_epoch >= cfg.epochs and not cfg.evaluate):
+        raise UsageError(f"--start-epoch {cfg.start_epoch} must be in [0, --epochs {cfg.epochs})")
+    if cfg.steps_per_epoch < 0:
+        raise UsageError("--steps-per-epoch must be >= 0")
+    if cfg.backend != "synthetic" and not cfg.data:
+        raise UsageError("the dataset path is missing: pass DATA (a folder with train/ and val/), "
+                         "or use --dummy for synthetic data")
+    if cfg.loss_scale != "dynamic":
+        try:
+            if float(cfg.loss_scale) <= 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--loss-scale must be 'dynamic' or a positive number, "
+                             f"got {cfg.loss_scale!r}") from None
+    if not 0.0 <= cfg.label_smoothing < 1.0:
+        raise UsageError("--label-smoothing must be in [0, 1)")
+    if cfg.warmup_epochs < 0 or (cfg.warmup_epochs > 0 and cfg.warmup_epochs >= cfg.epochs):
+        raise UsageError(f"--warmup-epochs must be in [0, --epochs), got {cfg.warmup_epochs}")
+
+
+def exit_on_usage_error(err: UsageError) -> None:
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,284 @@
+"""The training engine: setup, epoch loop, train step, validation, logging, checkpoints.
+
+It knows nothing about how the work is distributed or at which precision it runs: those are the
+`strategy` and `precision` objects, and this file only calls their methods.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+
+from . import checkpoint
+from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
+from .data import build_loaders
+from .metrics import Stopwatch, SumMeter, correct_topk, summarize
+from .models import build_model
+from .precision import Precision
+from .runlog import RunLog, environment_info
+from .schedule import build_scheduler, scaled_lr
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, strategy, entry: str):
+        self.cfg, self.strategy, self.entry = cfg, strategy, entry
+        self.epoch, self.step, self.best_top1 = cfg.start_epoch, 0, 0.0
+        self.log = RunLog(None, enabled=False)
+
+    # === setup ===================================================================================
+    def setup(self) -> None:
+        cfg, strategy = self.cfg, self.strategy
+        self.device = strategy.setup(cfg)
+        self.seed = cfg.seed if cfg.seed is not None else 0
+        torch.manual_seed(self.seed)  # same initial weights on every rank
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = not cfg.deterministic
+
+        self.train_loader, self.val_loader, self.num_classes = build_loaders(
+            cfg, strategy, self.device)
+        resume_state = self._load_resume_state(self.num_classes)
+
+        model = build_model(cfg.arch, self.num_classes, cfg.pretrained)
+        model = strategy.convert_model(model, cfg)
+        memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
+        model = model.to(self.device, memory_format=memory_format)
+        self.precision = Precision(cfg, self.device)
+        model = self.precision.prepare_model(model)
+
+        self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
+        self.lr = scaled_lr(cfg, self.global_batch)
+        self.optimizer = torch.optim.SGD(self.precision.optimizer_params(model), lr=self.lr,
+                                         momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
+        if cfg.steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
+        if self.steps_per_epoch == 0 and not cfg.evaluate:
+            raise UsageError(f"the training set is too small for one step of global batch "
+                             f"{self.global_batch}: lower -b/--batch-size or --grad-accum")
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        if resume_state:
+            self._restore(model, resume_state)
+
+        self.model = strategy.wrap_model(model)
+        strategy.broadcast_initial_state(self.model, self.optimizer)
+        if cfg.compile:
+            self.model = torch.compile(self.model)
+        self._open_run_dir(resume_state)
+
+    def _load_resume_state(self, num_classes: int) -> Optional[dict]:
+        cfg = self.cfg
+        if not cfg.resume:
+            return None
+        path = Path(cfg.resume)
+        if cfg.resume == "auto":
+            if cfg.run_name and (Path(cfg.logdir) / cfg.run_name / checkpoint.LATEST).is_file():
+                path = Path(cfg.logdir) / cfg.run_name / checkpoint.LATEST
+            else:
+                path = checkpoint.find_latest(Path(cfg.logdir), self._run_prefix())
+            # every rank must resume from the same file, whatever its clock or listing says
+            path = self.strategy.broadcast_object(path)
+            if path is None:
+                if self.strategy.is_main():
+                    print(f"note: --resume auto found no checkpoint under {cfg.logdir}; "
+                          "starting from scratch")
+                return None
+        state = checkpoint.load(path)
+        if state["arch"] != cfg.arch or state.get("num_classes", num_classes) != num_classes:
+            raise UsageError(f"--resume {path} holds {state['arch']} with "
+                             f"{state.get('num_classes')} classes, but this run is {cfg.arch} "
+                             f"with {num_classes}: pass the matching -a/--arch and data")
+        state["path"] = path
+        return state
+
+    def _restore(self, model: nn.Module, state: dict) -> None:
+        self.precision.load_model_state_dict(model, state["model"])
+        if self.cfg.evaluate:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state.get("precision", {}))
+        self.epoch, self.step = state["epoch"], state["step"]
+        self.best_top1 = state.get("best_top1", 0.0)
+        rng = state.get("rng", [])
+        if len(rng) == self.strategy.world_size:
+            checkpoint.set_rng_state(rng[self.strategy.rank])
+        elif self.strategy.is_main():
+            print(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
+                  f"{self.strategy.world_size}: RNG streams restart from --seed")
+
+    def _run_prefix(self) -> str:
+        return f"{self.entry}-{self.cfg.arch}-"
+
+    def _open_run_dir(self, resume_state: Optional[dict]) -> None:
+        cfg, strategy = self.cfg, self.strategy
+        if resume_state is not None and cfg.run_name is None and not cfg.evaluate:
+            self.run_dir = Path(resume_state["path"]).parent  # continue the interrupted run
+        else:
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            name = cfg.run_name or strategy.broadcast_object(self._run_prefix() + stamp)
+            self.run_dir = Path(cfg.logdir) / name
+        self.log = RunLog(self.run_dir, enabled=strategy.is_main())
+        if strategy.is_main():
+            cfg.save(self.run_dir / "config.json")
+        self.log.write("run", config=cfg.to_dict(), entry=self.entry, **strategy.describe(),
+                       precision=self.precision.describe(), global_batch=self.global_batch,
+                       lr=self.lr, steps_per_epoch=self.steps_per_epoch,
+                       train_samples_per_rank=self.train_loader.num_samples,
+                       device=str(self.device), resumed_from=str(resume_state["path"])
+                       if resume_state else None, **environment_info())
+        self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
+                       f"device {self.device}, {self.precision.describe()}, global batch "
+                       f"{self.global_batch}, lr {self.lr:.4g}; logging to {self.run_dir}")
+
+    # === the loop ================================================================================
+    def fit(self) -> None:
+        if self.cfg.evaluate:
+            self.validate()
+            return
+        reason = "finished"
+        for self.epoch in range(self.epoch, self.cfg.epochs):
+            self.train_one_epoch()
+            val = self.validate()
+            is_best = val["top1"] > self.best_top1
+            self.best_top1 = max(self.best_top1, val["top1"])
+            self.save_checkpoint(is_best)
+            if self.cfg.desired_acc is not None and val["top1"] >= self.cfg.desired_acc:
+                reason = f"reached --desired-acc {self.cfg.desired_acc}"
+                self.log.print(f"=> stopping: {reason}")
+                break
+        self.log.write("end", epoch=self.epoch, step=self.step, best_top1=self.best_top1,
+                       reason=reason)
+
+    def train_one_epoch(self) -> None:
+        cfg, strategy, precision = self.cfg, self.strategy, self.precision
+        self.model.train()
+        self.train_loader.set_epoch(self.epoch)
+        interval = SumMeter(("loss", "correct1", "correct5"), self.device)
+        epoch_sums: Dict[str, float] = {}
+        batches = iter(self.train_loader)
+        watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
+        last_logged = 0
+        for epoch_step in range(self.steps_per_epoch):
+            for micro in range(cfg.grad_accum):
+                t = time.perf_counter()
+                images, targets = next(batches)
+                data_time += time.perf_counter() - t
+                last_micro = micro == cfg.grad_accum - 1
+                with contextlib.nullcontext() if last_micro else strategy.no_sync(self.model):
+                    with precision.autocast():
+                        output = self.model(precision.cast_input(images))
+                    loss = self.criterion(output.float(), targets)
+                    precision.backward(loss / cfg.grad_accum)
+                correct1, correct5 = correct_topk(output, targets)
+                interval.add(len(targets), loss=loss * len(targets), correct1=correct1,
+                             correct5=correct5)
+            precision.step(self.optimizer, strategy)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+            self.step += 1
+
+            done = epoch_step + 1
+            if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
+                sums = interval.reduce(strategy)  # collective: every rank reaches this line
+                interval.reset()
+                for k, v in sums.items():
+                    epoch_sums[k] = epoch_sums.get(k, 0.0) + v
+                self._log_interval(sums, done - last_logged, watch.lap(), data_time, done)
+                last_logged, data_time = done, 0.0
+        epoch_time = time.perf_counter() - epoch_start
+        stats = summarize(epoch_sums)
+        img_s = stats["count"] / epoch_time
+        self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
+                       img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
+                       epoch_time=epoch_time, skipped=self.train_loader.skipped)
+
+    def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
+                      done: int) -> None:
+        stats = summarize(sums)
+        img_s = stats["count"] / seconds
+        step_time = seconds / steps
+        lr = self.optimizer.param_groups[0]["lr"]
+        eta = datetime.timedelta(seconds=int(step_time * (self.steps_per_epoch - done)))
+        self.log.write("train", epoch=self.epoch, step=self.step, epoch_step=done,
+                       steps_per_epoch=self.steps_per_epoch, **stats, lr=lr, img_s=img_s,
+                       img_s_per_proc=img_s / self.strategy.world_size,
+                       data_time=data_time / steps, step_time=step_time,
+                       loss_scale=self.precision.loss_scale())
+        width = len(str(self.steps_per_epoch))
+        self.log.print(
+            f"Epoch [{self.epoch}][{done:>{width}}/{self.steps_per_epoch}]  "
+            f"loss {stats['loss']:.4f}  top1 {stats['top1']:6.2f}  top5 {stats['top5']:6.2f}  "
+            f"lr {lr:.4g}  img/s {img_s:.1f} ({img_s / self.strategy.world_size:.1f}/proc)  "
+            f"data {data_time / steps:.3f}s  step {step_time:.3f}s  ETA {eta}")
+
+    @torch.no_grad()
+    def validate(self) -> Dict[str, float]:
+        """Exact validation: every rank evaluates its own unpadded shard and the sums are
+        all-reduced, so each image counts exactly once whatever the number of ranks."""
+        model = self.strategy.eval_model(self.model)
+        model.eval()
+        meter = SumMeter(("loss", "correct1", "correct5"), self.device)
+        watch = Stopwatch(self.device)
+        for images, targets in self.val_loader:
+            with self.precision.autocast():
+                output = model(self.precision.cast_input(images))
+            loss = self.criterion(output.float(), targets)
+            correct1, correct5 = correct_topk(output, targets)
+            meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
+                      correct5=correct5)
+        stats = summarize(meter.reduce(self.strategy))
+        seconds = watch.lap()
+        self.log.write("val", epoch=self.epoch, step=self.step, **stats,
+                       img_s=stats["count"] / seconds, time=seconds,
+                       skipped=self.val_loader.skipped)
+        self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
+                       f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
+                       f"({stats['count']} images, {seconds:.1f}s)")
+        return stats
+
+    def save_checkpoint(self, is_best: bool) -> None:
+        # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
+        rng = self.strategy.gather_objects(checkpoint.rng_state())
+        if not self.strategy.is_main():
+            return
+        start = time.perf_counter()
+        state = {
+            "arch": self.cfg.arch, "num_classes": self.num_classes, "epoch": self.epoch + 1,
+            "step": self.step, "best_top1": self.best_top1,
+            "model": self.precision.model_state_dict(self.strategy.unwrap(self.model)),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "precision": self.precision.state_dict(), "rng": rng,
+            "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
+        }
+        path = checkpoint.save(state, self.run_dir, is_best)
+        self.log.write("checkpoint", epoch=self.epoch, step=self.step, path=str(path),
+                       best=is_best, seconds=time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.log.close()
+        self.strategy.teardown()
+
+
+def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = None,
+        argv: Optional[list] = None) -> None:
+    """What every entry script calls: parse, set up, train, and turn bad input into exit 2."""
+    trainer = None
+    try:
+        cfg = parse_args(argv, description, defaults)
+        trainer = Trainer(cfg, strategy, entry)
+        trainer.setup()
+        trainer.fit()
+    except UsageError as err:
+        if trainer is not None:
+            trainer.close()
+        exit_on_usage_error(err)
+    trainer.close()

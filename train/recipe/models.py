@@ -1,0 +1,53 @@
+"""Models: torchvision architectures by name, optionally initialised from a local weights file."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torchvision
+
+from .config import UsageError
+
+
+def available_archs() -> list:
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None) -> nn.Module:
+    if arch not in available_archs():
+        close = [a for a in available_archs() if a.startswith(arch[:4])][:8]
+        raise UsageError(f"unknown architecture {arch!r}; torchvision classification models "
+                         f"include {close or available_archs()[:8]} (see torchvision.models)")
+    model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+    if pretrained:
+        load_pretrained(model, Path(pretrained))
+    return model
+
+
+def load_pretrained(model: nn.Module, path: Path) -> None:
+    """Load a state_dict file (e.g. torchvision's resnet50-*.pth, downloaded beforehand).
+
+    Weights whose shape does not match (a classifier for another class count) are skipped with a
+    notice, so the same file serves fine-tuning on a smaller label set.
+    """
+    if not path.is_file():
+        raise UsageError(f"--pretrained {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise UsageError(f"--pretrained {path} is not a loadable weights file: {err}") from None
+    state = state.get("model", state) if isinstance(state, dict) else state
+    if not isinstance(state, dict):
+        raise UsageError(f"--pretrained {path} does not hold a state_dict")
+    own = model.state_dict()
+    unknown = [k for k in state if k not in own]
+    if unknown:
+        raise UsageError(f"--pretrained {path} does not fit this architecture "
+                         f"(unexpected keys such as {unknown[:3]})")
+    mismatched = [k for k, v in state.items() if v.shape != own[k].shape]
+    if mismatched:
+        print(f"note: --pretrained: not loading {mismatched} (shape differs; re-initialised)")
+    own.update({k: v for k, v in state.items() if k not in mismatched})
+    model.load_state_dict(own)

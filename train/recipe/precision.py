@@ -1,0 +1,169 @@
+"""Numeric precision, kept separate from distribution: apex's opt levels on native torch.amp.
+
+  O0  fp32 everywhere.
+  O1  fp32 weights; ops run under torch.autocast; dynamic loss scaling for float16.
+  O2  the model is cast to half except BatchNorm, which stays fp32; the optimizer updates fp32
+      "master" copies of the half weights (loss-scaled for float16), then copies them back.
+  O3  everything half, no master weights, no loss scaling (a speed-of-light baseline).
+
+bfloat16 has float32's exponent range, so it never needs a loss scaler: with bf16 the scaler is
+disabled and `backward`/`step` take the same code path as fp32. CPUs run fp16 slowly or not at
+all, so on CPU an fp16 request falls back to bf16 with a one-line notice.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn as nn
+
+from .config import TrainConfig
+
+_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_half_dtype(requested: str, device: torch.device) -> torch.dtype:
+    if requested == "auto":
+        return torch.float16 if device.type == "cuda" else torch.bfloat16
+    dtype = _DTYPES[requested]
+    if dtype is torch.float16 and device.type == "cpu":
+        print("note: float16 is not supported well on CPU; using bfloat16 instead")
+        return torch.bfloat16
+    return dtype
+
+
+class StaticLossScaler:
+    """A fixed loss scale (apex's `loss_scale=<float>`), with GradScaler's interface.
+
+    GradScaler cannot hold its scale constant (its growth factor must be > 1), so this small
+    class does it: scale the loss, unscale the gradients, skip the step if any is not finite.
+    """
+
+    def __init__(self, scale: float):
+        self.scale_value = float(scale)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self.scale_value
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        torch._foreach_mul_(grads, 1.0 / self.scale_value)
+        if all(torch.isfinite(g).all() for g in grads):
+            optimizer.step()
+
+    def update(self) -> None:
+        pass
+
+    def get_scale(self) -> float:
+        return self.scale_value
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale_value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale_value = float(state["scale"])
+
+
+class Precision:
+    """Owns casting, autocast, loss scaling and the optimizer step for one opt level."""
+
+    def __init__(self, cfg: TrainConfig, device: torch.device):
+        self.opt_level = cfg.opt_level
+        self.device = device
+        self.half = None if self.opt_level == "O0" else resolve_half_dtype(cfg.amp_dtype, device)
+        # apex semantics: O1 and O2 scale the loss, O3 does not. bf16 never needs it.
+        uses_scaling = self.half is torch.float16 and self.opt_level in ("O1", "O2")
+        if uses_scaling and cfg.loss_scale != "dynamic":
+            self.scaler = StaticLossScaler(float(cfg.loss_scale))
+        else:
+            self.scaler = torch.amp.GradScaler(device.type, enabled=uses_scaling)
+        # O2: (half model parameter, fp32 master parameter) pairs. fp32 parameters (BatchNorm)
+        # are their own master and are not listed.
+        self._master_pairs: List[tuple] = []
+
+    def describe(self) -> dict:
+        return {"opt_level": self.opt_level,
+                "dtype": str(self.half).replace("torch.", "") if self.half else "float32",
+                "loss_scaling": type(self.scaler).__name__ if self._scaling else "none"}
+
+    @property
+    def _scaling(self) -> bool:
+        return isinstance(self.scaler, StaticLossScaler) or self.scaler.is_enabled()
+
+    # --- model and optimizer ---------------------------------------------------------------------
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """Cast the model for O2/O3 (call after it is on its device, before wrapping)."""
+        if self.opt_level == "O2":
+            model.to(self.half)
+            for m in model.modules():
+                if isinstance(m, nn.modules.batchnorm._NormBase):
+                    # BatchNorm stays fp32: its statistics over a half batch lose precision, and
+                    # cuDNN / the CPU kernels accept half inputs with fp32 parameters.
+                    m.float()
+            self._master_pairs = [(p, p.detach().float().clone().requires_grad_(True))
+                                  for p in model.parameters() if p.dtype != torch.float32]
+        elif self.opt_level == "O3":
+            model.to(self.half)
+        return model
+
+    def optimizer_params(self, model: nn.Module) -> List[torch.Tensor]:
+        """Parameters the optimizer must update: fp32 masters under O2, the model's otherwise."""
+        if self.opt_level != "O2":
+            return list(model.parameters())
+        master = {id(p): m for p, m in self._master_pairs}
+        return [master.get(id(p), p) for p in model.parameters()]
+
+    def model_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
+        """Model weights for a checkpoint, always at full precision where we have it (O2 saves
+        the fp32 masters), so checkpoints move freely between opt levels."""
+        state = model.state_dict()
+        if self._master_pairs:
+            name_of = {id(p): n for n, p in model.named_parameters()}
+            for p, m in self._master_pairs:
+                state[name_of[id(p)]] = m.detach().clone()
+        return state
+
+    def load_model_state_dict(self, model: nn.Module, state: Dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(state)  # casts to the model's dtypes
+        if self._master_pairs:
+            name_of = {id(p): n for n, p in model.named_parameters()}
+            with torch.no_grad():
+                for p, m in self._master_pairs:
+                    m.copy_(state[name_of[id(p)]])
+
+    # --- the step ------------------------------------------------------------------------------
+    def autocast(self):
+        if self.opt_level == "O1":
+            return torch.autocast(self.device.type, dtype=self.half)
+        return contextlib.nullcontext()
+
+    def cast_input(self, images: torch.Tensor) -> torch.Tensor:
+        return images.to(self.half) if self.opt_level in ("O2", "O3") else images
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, strategy) -> None:
+        """Unscale (if scaling), skip on overflow, update; handles O2's master weights."""
+        strategy.before_step(optimizer)
+        for p, m in self._master_pairs:
+            # O2: gradients were reduced in half precision; the update happens in fp32.
+            m.grad = None if p.grad is None else p.grad.float()
+            p.grad = None
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        if self._master_pairs:
+            with torch.no_grad():
+                torch._foreach_copy_([p for p, _ in self._master_pairs],
+                                     [m for _, m in self._master_pairs])
+
+    def loss_scale(self) -> Optional[float]:
+        return float(self.scaler.get_scale()) if self._scaling else None
+
+    def state_dict(self) -> dict:
+        return {"opt_level": self.opt_level, "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("scaler") and self._scaling:
+            self.scaler.load_state_dict(state["scaler"])

@@ -1,0 +1,90 @@
+"""Run logging: rank 0 fans each record out to a JSONL file and to TensorBoard.
+
+(Named `runlog`, not `logging`, so it never shadows the standard library module.)
+
+JSONL schema, shared by every strategy including the parameter server. One JSON object per line,
+always with `kind`, `time` (unix seconds) and `elapsed` (seconds since the run started):
+  kind="run"     config (resolved), strategy, precision, world_size, versions, hardware, argv
+  kind="train"   epoch, step (optimizer steps so far), epoch_step, steps_per_epoch, loss, top1,
+                 top5, lr, img_s (all processes), img_s_per_proc, data_time, step_time, loss_scale
+  kind="train_epoch"  epoch, step, loss, top1, top5, img_s, img_s_per_proc, epoch_time, skipped
+  kind="val"     epoch, step, loss, top1, top5, count, img_s, time, skipped
+  kind="checkpoint"   epoch, step, path, best, seconds
+  kind="end"     epoch, step, best_top1, reason
+Top-k values are percentages. TensorBoard tags mirror them: train/loss, train/top1, train/top5,
+train/lr, train/img_s, val/loss, val/top1, val/top5, ...
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+# Which JSONL fields become TensorBoard scalars, per record kind, and under which tag prefix.
+TB_SCALARS = {
+    "train": ("train", ("loss", "top1", "top5", "lr", "img_s", "img_s_per_proc", "data_time",
+                        "step_time", "loss_scale")),
+    "train_epoch": ("epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),
+    "val": ("val", ("loss", "top1", "top5", "img_s")),
+}
+
+
+def environment_info() -> Dict[str, Any]:
+    import torchvision
+
+    info = {
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "torchvision": torchvision.__version__,
+                     "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
+        "hardware": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+                     "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                     "gpus": [torch.cuda.get_device_name(i)
+                              for i in range(torch.cuda.device_count())]},
+        "argv": sys.argv,
+    }
+    return info
+
+
+class RunLog:
+    """Writes records on the main rank only; other ranks get a RunLog that does nothing."""
+
+    def __init__(self, run_dir: Optional[Path], enabled: bool):
+        self.enabled = enabled and run_dir is not None
+        self.t0 = time.time()
+        self._jsonl = None
+        self._tb = None
+        if self.enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = open(run_dir / "log.jsonl", "a", buffering=1)
+            self._tb = SummaryWriter(log_dir=str(run_dir))
+
+    def write(self, kind: str, **fields: Any) -> None:
+        if not self.enabled:
+            return
+        now = time.time()
+        record = {"kind": kind, "time": now, "elapsed": now - self.t0, **fields}
+        self._jsonl.write(json.dumps(record, default=str) + "\n")
+        if kind in TB_SCALARS:
+            prefix, names = TB_SCALARS[kind]
+            step = fields["step"]
+            for name in names:
+                if fields.get(name) is not None:
+                    self._tb.add_scalar(f"{prefix}/{name}", fields[name], step)
+
+    def print(self, message: str) -> None:
+        if self.enabled:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            self._tb.close()
+            self._jsonl.close()
+            self.enabled = False

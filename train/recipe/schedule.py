@@ -1,0 +1,42 @@
+"""Learning-rate schedule: linear scaling by global batch, linear warm-up, then step or cosine.
+
+Implemented as a per-optimizer-step multiplier for LambdaLR, so warm-up is smooth within an epoch
+and the scheduler's position is part of the checkpoint.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .config import TrainConfig
+
+
+def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
+    """The classic linear scaling rule: --lr is the rate for a global batch of 256."""
+    return cfg.lr if cfg.no_lr_scaling else cfg.lr * global_batch / 256
+
+
+class LrMultiplier:
+    """step -> multiplier of the base lr. A class (not a lambda) so LambdaLR can save it."""
+
+    def __init__(self, cfg: TrainConfig, steps_per_epoch: int):
+        self.schedule = cfg.lr_schedule
+        self.milestones = tuple(cfg.lr_steps)
+        self.steps_per_epoch = max(steps_per_epoch, 1)
+        self.warmup_steps = int(round(cfg.warmup_epochs * self.steps_per_epoch))
+        self.total_steps = cfg.epochs * self.steps_per_epoch
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.schedule == "cosine":
+            span = max(self.total_steps - self.warmup_steps, 1)
+            progress = min((step - self.warmup_steps) / span, 1.0)
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        epoch = step / self.steps_per_epoch
+        return 0.1 ** sum(epoch >= m for m in self.milestones)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, LrMultiplier(cfg, steps_per_epoch))

@@ -1,0 +1,215 @@
+"""Distribution strategies: one small class each, behind one interface.
+
+The engine only ever calls these methods, so reading two strategies side by side shows exactly
+what each one changes. Strategy-specific lines are marked `# DDP: ...` / `# DataParallel: ...`,
+the way Horovod's own examples mark theirs.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+from typing import Any, List, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from .config import TrainConfig, UsageError
+from .syncbn import convert_to_cross_rank_bn
+
+
+def pick_device(requested: str, local_rank: int = 0) -> torch.device:
+    """CUDA if present (or asked for), else CPU; a GPU request on a GPU-less host is an error."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was requested but no CUDA GPU is visible "
+                         "(check CUDA_VISIBLE_DEVICES / the driver), or use --device cpu")
+    if requested == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    if local_rank >= torch.cuda.device_count():
+        raise UsageError(f"local rank {local_rank} has no GPU: only {torch.cuda.device_count()} "
+                         "visible. Launch at most one process per GPU (--nproc_per_node).")
+    return torch.device("cuda", local_rank)
+
+
+class Strategy:
+    """Single process, single device. The base class is also the 'no distribution' strategy."""
+
+    name = "nd"
+    rank, world_size, local_rank = 0, 1, 0
+
+    def setup(self, cfg: TrainConfig) -> torch.device:
+        self.device = pick_device(cfg.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        return self.device
+
+    # --- model and optimizer ---------------------------------------------------------------------
+    def convert_model(self, model: nn.Module, cfg: TrainConfig) -> nn.Module:
+        """Changes made before precision casting and wrapping (e.g. SyncBatchNorm)."""
+        if cfg.sync_bn:
+            print(f"note: --sync-bn has no effect with the {self.name} strategy (one process)")
+        return model
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        model = getattr(model, "_orig_mod", model)  # torch.compile wrapper
+        return getattr(model, "module", model)
+
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        """The model to run validation with: it must not communicate, because validation
+        shards differ in size and a collective in forward would wait forever."""
+        return model
+
+    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        pass
+
+    def no_sync(self, model: nn.Module):
+        """Context for micro-steps of gradient accumulation that must not communicate."""
+        return contextlib.nullcontext()
+
+    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called after the last backward of a step, before gradients are unscaled or used."""
+
+    # --- collectives -----------------------------------------------------------------------------
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return obj
+
+    def gather_objects(self, obj: Any) -> List[Any]:
+        """Every rank's `obj`, in rank order (all ranks receive the list)."""
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+    # --- bookkeeping -----------------------------------------------------------------------------
+    def shard(self) -> tuple:
+        """(rank, world size) that data sharding must use: always the GLOBAL rank."""
+        return self.rank, self.world_size
+
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def num_devices(self) -> int:
+        """Devices one process drives (DataParallel drives several)."""
+        return 1
+
+    def describe(self) -> dict:
+        return {"strategy": self.name, "world_size": self.world_size,
+                "devices_per_process": self.num_devices, "backend": None}
+
+    def teardown(self) -> None:
+        pass
+
+
+class DataParallelStrategy(Strategy):
+    """One process drives every visible GPU; the batch is split across them each step."""
+
+    name = "dp"
+
+    def setup(self, cfg: TrainConfig) -> torch.device:
+        device = super().setup(cfg)
+        if device.type == "cpu":
+            print("note: DataParallel without GPUs runs the model on the CPU as a plain module")
+        return device
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        if self.device.type != "cuda":
+            return model
+        # DataParallel: replicate the module to all GPUs every step; gradients land on GPU 0.
+        return nn.DataParallel(model)
+
+    @property
+    def num_devices(self) -> int:
+        return torch.cuda.device_count() if self.device.type == "cuda" else 1
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DDPStrategy(Strategy):
+    """One process per device; gradients all-reduced in buckets, overlapped with backward."""
+
+    name = "ddp"
+
+    def setup(self, cfg: TrainConfig) -> torch.device:
+        # DDP: torchrun (or srun + env) tells each process who it is.
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.local_rank = _env_int("LOCAL_RANK", 0)
+        if "RANK" not in os.environ:
+            # Started with plain `python`: run as a world of one so the script still works.
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        self.device = pick_device(cfg.device, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend.
+        self.backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend=self.backend, rank=self.rank, world_size=self.world_size,
+            timeout=datetime.timedelta(seconds=cfg.dist_timeout),
+            device_id=self.device if self.backend == "nccl" else None)
+        return self.device
+
+    def convert_model(self, model: nn.Module, cfg: TrainConfig) -> nn.Module:
+        if cfg.sync_bn:
+            # DDP: BatchNorm statistics over the global batch instead of each rank's slice.
+            # torch's SyncBatchNorm is GPU-only; CrossRankBatchNorm does the same over gloo.
+            if self.device.type == "cuda":
+                return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            return convert_to_cross_rank_bn(model)
+        return model
+
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces
+        # gradient buckets during backward.
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        # DDP: the wrapper broadcasts buffers in forward; validate with the plain module.
+        return self.unwrap(model)
+
+    def no_sync(self, model: nn.Module):
+        # DDP: skip the gradient all-reduce on accumulation micro-steps.
+        return model.no_sync()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def broadcast_object(self, obj: Any) -> Any:
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather_objects(self, obj: Any) -> List[Any]:
+        out: List[Optional[Any]] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def describe(self) -> dict:
+        return {**super().describe(), "backend": self.backend}
+
+    def teardown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
