@@ -50,7 +50,7 @@ class Trainer:
         model = strategy.convert_model(model, cfg)
         memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
         model = model.to(self.device, memory_format=memory_format)
-        self.precision = Precision(cfg, self.device)
+        self.precision = Precision(cfg, self.device, verbose=strategy.is_main())
         model = self.precision.prepare_model(model)
 
         self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
@@ -138,6 +138,9 @@ class Trainer:
         self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
                        f"device {self.device}, {self.precision.describe()}, global batch "
                        f"{self.global_batch}, lr {self.lr:.4g}; logging to {self.run_dir}")
+        if resume_state:
+            self.log.print(f"=> resumed from {resume_state['path']} at epoch {self.epoch}, "
+                           f"step {self.step}")
 
     # === the loop ================================================================================
     def fit(self) -> None:

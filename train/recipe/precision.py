@@ -23,14 +23,22 @@ from .config import TrainConfig
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def resolve_half_dtype(requested: str, device: torch.device) -> torch.dtype:
+def resolve_half_dtype(requested: str, device: torch.device, notice=print) -> torch.dtype:
     if requested == "auto":
-        return torch.float16 if device.type == "cuda" else torch.bfloat16
+        return torch.float16 if device.type == "cuda" else _cpu_bfloat16(notice)
     dtype = _DTYPES[requested]
-    if dtype is torch.float16 and device.type == "cpu":
-        print("note: float16 is not supported well on CPU; using bfloat16 instead")
-        return torch.bfloat16
-    return dtype
+    if device.type != "cpu":
+        return dtype
+    if dtype is torch.float16:
+        notice("note: float16 on CPU is slow or unsupported; using bfloat16 instead")
+    return _cpu_bfloat16(notice)
+
+
+def _cpu_bfloat16(notice) -> torch.dtype:
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        notice("note: this CPU has no native bfloat16 (AVX512-BF16 / AMX), so bf16 math is "
+              "emulated and much slower than fp32 here (see RESULTS.md); O0 is faster on it")
+    return torch.bfloat16
 
 
 class StaticLossScaler:
@@ -68,10 +76,12 @@ class StaticLossScaler:
 class Precision:
     """Owns casting, autocast, loss scaling and the optimizer step for one opt level."""
 
-    def __init__(self, cfg: TrainConfig, device: torch.device):
+    def __init__(self, cfg: TrainConfig, device: torch.device, verbose: bool = True):
         self.opt_level = cfg.opt_level
         self.device = device
-        self.half = None if self.opt_level == "O0" else resolve_half_dtype(cfg.amp_dtype, device)
+        notice = print if verbose else (lambda message: None)
+        self.half = (None if self.opt_level == "O0"
+                     else resolve_half_dtype(cfg.amp_dtype, device, notice))
         # apex semantics: O1 and O2 scale the loss, O3 does not. bf16 never needs it.
         uses_scaling = self.half is torch.float16 and self.opt_level in ("O1", "O2")
         if uses_scaling and cfg.loss_scale != "dynamic":

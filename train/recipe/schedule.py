@@ -18,7 +18,7 @@ def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
 
 
 class LrMultiplier:
-    """step -> multiplier of the base lr. A class (not a lambda) so LambdaLR can save it."""
+    """step -> multiplier of the base lr, a pure function of the optimizer step and the config."""
 
     def __init__(self, cfg: TrainConfig, steps_per_epoch: int):
         self.schedule = cfg.lr_schedule
@@ -39,4 +39,8 @@ class LrMultiplier:
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, LrMultiplier(cfg, steps_per_epoch))
+    multiplier = LrMultiplier(cfg, steps_per_epoch)
+    # Wrapped in a lambda on purpose: LambdaLR checkpoints the attributes of callable objects and
+    # would restore the *old* run's settings (e.g. --epochs) on resume; a plain function is left
+    # alone, so only the step count is restored and the schedule follows the current command.
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: multiplier(step))

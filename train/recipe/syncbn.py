@@ -1,15 +1,20 @@
 """Cross-process BatchNorm that also runs on CPU (gloo).
 
 `torch.nn.SyncBatchNorm` only accepts GPU tensors, yet `--sync-bn` must work on a CPU-only box,
-and the nd-vs-DDP parity test needs BatchNorm over the *global* batch. This module computes the
-batch statistics from all-reduced per-channel sums. The all-reduce is the differentiable one from
-`torch.distributed.nn`, so autograd derives the backward pass (whose all-reduce of the gradient
-sums is exactly what SyncBatchNorm's hand-written backward does).
+and the nd-vs-DDP parity test needs BatchNorm over the *global* batch. Each rank computes its
+local mean and (centred) variance; one differentiable all-gather shares them, and the global
+statistics are combined with the parallel-variance formula. Autograd derives the backward pass
+(the all-gather's backward is a reduce-scatter of the gradients), which is what SyncBatchNorm's
+hand-written backward computes.
+
+The naive E[x^2] - E[x]^2 over all-reduced sums is NOT used: in fp32 it cancels catastrophically
+once activations have a large mean, and the gradients drift away from single-process BatchNorm.
 """
 from __future__ import annotations
 
 import torch
-import torch.distributed.nn as dist_nn
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
 
 
@@ -26,12 +31,14 @@ class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
         channels = x.shape[1]
         reduce_dims = [d for d in range(x.dim()) if d != 1]
         xf = x.float()  # statistics in fp32 whatever the input dtype
-        local_count = torch.tensor([x.numel() / channels], dtype=torch.float32, device=x.device)
-        stats = torch.cat([xf.sum(reduce_dims), (xf * xf).sum(reduce_dims), local_count])
-        stats = dist_nn.all_reduce(stats)
-        total = stats[-1]
-        mean = stats[:channels] / total
-        var = stats[channels:2 * channels] / total - mean * mean  # biased, as in training BN
+        local_var, local_mean = torch.var_mean(xf, dim=reduce_dims, correction=0)
+        local_count = torch.full((1,), x.numel() / channels, device=x.device)
+        local = torch.cat([local_mean, local_var, local_count]).unsqueeze(0)
+        ranks = funcol.all_gather_tensor_autograd(local, gather_dim=0, group=dist.group.WORLD)
+        means, variances, counts = ranks[:, :channels], ranks[:, channels:-1], ranks[:, -1:]
+        total = counts.sum()
+        mean = (counts * means).sum(0) / total
+        var = (counts * (variances + (means - mean) ** 2)).sum(0) / total  # biased, as BN uses
 
         if self.track_running_stats:
             with torch.no_grad():
