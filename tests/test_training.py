@@ -91,6 +91,8 @@ def test_ddp_amp_trains_and_learns(tiny_imagefolder, tmp_path):
                                       "--logdir", tmp_path, "--run-name", "amp",
                                       tiny_imagefolder], nproc=2)
     run = records(tmp_path / "amp", "run")[0]
+    assert run["versions"]["torch"] == torch.__version__ and run["hardware"]["cpu_count"] >= 1
+    assert run["config"]["opt_level"] == "O1"
     assert run["precision"] == {"opt_level": "O1", "dtype": "bfloat16", "loss_scaling": "none"}
     assert run["backend"] == "gloo" and run["world_size"] == 2
     train = records(tmp_path / "amp", "train")
@@ -98,6 +100,24 @@ def test_ddp_amp_trains_and_learns(tiny_imagefolder, tmp_path):
     assert all(r["img_s"] > 0 and r["img_s_per_proc"] == pytest.approx(r["img_s"] / 2)
                for r in train)
     assert [r["count"] for r in records(tmp_path / "amp", "val")] == [20, 20]
+    _assert_tensorboard_events(tmp_path / "amp", train, records(tmp_path / "amp", "val"))
+
+
+def _assert_tensorboard_events(run_dir, train, val):
+    """Read the event files back with TensorBoard's own reader: tags present, values = JSONL."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    expected = {"train/loss", "train/top1", "train/top5", "train/lr", "train/img_s",
+                "val/loss", "val/top1", "val/top5", "epoch/loss"}
+    assert expected <= tags, expected - tags
+    assert [e.step for e in events.Scalars("train/loss")] == [r["step"] for r in train]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(
+        [r["loss"] for r in train], rel=1e-6)
+    assert [e.value for e in events.Scalars("val/top1")] == pytest.approx(
+        [r["top1"] for r in val], rel=1e-6)
 
 
 def test_dataparallel_script_runs_on_cpu(tiny_imagefolder, tmp_path):

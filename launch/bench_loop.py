@@ -1,0 +1,313 @@
+"""How much does the engine's train loop cost over a hand-written loop? One run, same batches.
+
+    python launch/bench_loop.py                                   # resnet18, 64 px, CPU-sized
+    python launch/bench_loop.py -a resnet50 --image-size 224 -b 256 --opt-level O1   # on a GPU
+
+Both sides train the same model from identical weights on the same pre-built batches already on
+the device, so the input pipeline is excluded from both and only the loops differ:
+
+  engine  `Trainer.train_one_epoch` as the entry scripts run it (Trainer built through
+          parse_args + setup): metrics, interval logging every -p steps (JSONL + TensorBoard),
+          the LR scheduler and `precision.step`.
+  bare    out = model(x); loss = F.cross_entropy(out, y); loss.backward(); opt.step();
+          opt.zero_grad(set_to_none=True), with an SGD of the same hyper-parameters. For O1-O3
+          it adds only what the same math needs: autocast (O1), half input (O2/O3), fp32 master
+          weights (O2), and a GradScaler where the engine scales the loss (float16 O1/O2).
+
+Rounds alternate bare, engine, bare, engine, ... after a warm-up of both, so slow drifts (other
+jobs, clocks) hit both sides alike; the result is the median over rounds. This is a benchmark,
+not a test: it always exits 0 and only reports whether the ratio meets --target.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import itertools
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# The engine is the `recipe` package next to the entry scripts in train/ (as pytest.ini does).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+from recipe.config import OPT_LEVELS, parse_args  # noqa: E402
+from recipe.data import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
+from recipe.engine import Trainer  # noqa: E402
+from recipe.strategies import Strategy  # noqa: E402
+
+
+def parse_cli(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-a", "--arch", default="resnet18", help="torchvision model (default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=64, help="square input size (default: %(default)s)")
+    p.add_argument("-b", "--batch-size", type=int, default=32, help="batch size (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=20,
+                   help="optimizer steps per side per round (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps per side before the first round (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds (default: %(default)s)")
+    p.add_argument("--opt-level", default="O0", choices=OPT_LEVELS,
+                   help="engine precision, mirrored by the bare loop (default: %(default)s)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="auto: CUDA if present (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's own choice)")
+    p.add_argument("-p", "--print-freq", type=int, default=10,
+                   help="the engine's logging interval in steps (default: %(default)s)")
+    p.add_argument("--channels-last", action="store_true", help="channels_last model and batches")
+    p.add_argument("--target", type=float, default=0.97,
+                   help="ratio engine/bare the engine should reach (default: %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
+    p.add_argument("--verbose", action="store_true", help="show the engine's own log lines")
+    args = p.parse_args(argv)
+    for name in ("image_size", "batch_size", "steps", "repeats", "print_freq"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    return args
+
+
+# --- the shared input ----------------------------------------------------------------------------
+def make_batches(count: int, batch_size: int, image_size: int, num_classes: int,
+                 device: torch.device, channels_last: bool) -> list:
+    """`count` (images, targets) pairs on the device, shaped and normalised like the engine's
+    loaders yield them (uint8 pixels -> ImageNet-normalised float32 NCHW, int64 targets)."""
+    g = torch.Generator().manual_seed(1234)
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    batches = []
+    for _ in range(count):
+        pixels = torch.randint(0, 256, (batch_size, 3, image_size, image_size),
+                               dtype=torch.uint8, generator=g)
+        images = ((pixels.float() - mean) / std).to(device).contiguous(memory_format=memory_format)
+        targets = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
+        batches.append((images, targets))
+    return batches
+
+
+class ReplayLoader:
+    """Stands in for the Trainer's train loader: replays pre-built device batches, with the
+    attributes the engine reads from SyntheticLoader/DeviceLoader."""
+
+    def __init__(self, batches: list, length: int):
+        self.batches, self.length = batches, length
+        self.num_samples = length * len(batches[0][1])
+        self.skipped = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        return itertools.islice(itertools.cycle(self.batches), self.length)
+
+
+# --- the two sides -------------------------------------------------------------------------------
+def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
+    """A Trainer set up exactly as the entry scripts do it, on the synthetic backend."""
+    argv = ["--dummy", "-a", args.arch, "--image-size", str(args.image_size),
+            "-b", str(args.batch_size), "--opt-level", args.opt_level, "--device", args.device,
+            "-p", str(args.print_freq), "--logdir", logdir, "--run-name", "bench",
+            # one epoch of this size is one timed round, so the scheduler sees the real length
+            "--synthetic-train-size", str(args.batch_size * args.steps),
+            "--synthetic-val-size", str(args.batch_size)]
+    if args.channels_last:
+        argv.append("--channels-last")
+    trainer = Trainer(parse_args(argv), Strategy(), "bench")
+    trainer.setup()
+    return trainer
+
+
+def use_loader(trainer: Trainer, loader: ReplayLoader) -> None:
+    # setup() derived steps_per_epoch from the synthetic loader; derive it again, the same way.
+    trainer.train_loader = loader
+    trainer.steps_per_epoch = len(loader) // trainer.cfg.grad_accum
+
+
+class BareLoop:
+    """The training step a user writes by hand, on its own copy of the Trainer's model."""
+
+    def __init__(self, trainer: Trainer):
+        # Copied before the engine trains, so both sides start from identical weights.
+        self.model = copy.deepcopy(trainer.strategy.unwrap(trainer.model))
+        precision, cfg = trainer.precision, trainer.cfg
+        self.opt_level, self.half = precision.opt_level, precision.half
+        params = list(self.model.parameters())
+        self.master_pairs = []
+        if self.opt_level == "O2":
+            # fp32 masters of the half weights: what the optimizer updates (BatchNorm is fp32).
+            self.master_pairs = [(p, p.detach().float().clone().requires_grad_(True))
+                                 for p in params if p.dtype != torch.float32]
+            master = {id(p): m for p, m in self.master_pairs}
+            params = [master.get(id(p), p) for p in params]
+        self.optimizer = torch.optim.SGD(params, lr=trainer.lr, momentum=cfg.momentum,
+                                         weight_decay=cfg.weight_decay)
+        scaled = self.half is torch.float16 and self.opt_level in ("O1", "O2")
+        self.scaler = torch.amp.GradScaler(trainer.device.type, enabled=scaled)
+        self.device_type = trainer.device.type
+
+    def train(self, batches) -> None:
+        self.model.train()
+        step = self._plain_step if self.opt_level == "O0" else self._amp_step
+        for x, y in batches:
+            step(x, y)
+
+    def _plain_step(self, x, y) -> None:
+        out = self.model(x)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _amp_step(self, x, y) -> None:
+        autocast = (torch.autocast(self.device_type, dtype=self.half) if self.opt_level == "O1"
+                    else contextlib.nullcontext())
+        with autocast:
+            out = self.model(x.to(self.half) if self.opt_level in ("O2", "O3") else x)
+        loss = F.cross_entropy(out.float(), y)
+        self.scaler.scale(loss).backward()
+        for p, m in self.master_pairs:
+            m.grad, p.grad = p.grad.float(), None
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.master_pairs:
+            with torch.no_grad():
+                torch._foreach_copy_([p for p, _ in self.master_pairs],
+                                     [m for _, m in self.master_pairs])
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+# --- measuring -----------------------------------------------------------------------------------
+def timed(fn, device: torch.device) -> float:
+    """Seconds fn takes, with queued GPU work drained before and after (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def run_engine_epoch(trainer: Trainer, quiet: bool) -> None:
+    # The engine prints a line per interval; swallowing it keeps the table readable while the
+    # formatting and the JSONL/TensorBoard writes still happen.
+    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+        trainer.train_one_epoch()
+    trainer.epoch += 1
+
+
+def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
+    """Largest |a - b| over parameters and buffers: ~0 when both loops did the same math."""
+    diffs = [(x.double() - y.double()).abs().max().item()
+             for x, y in zip(a.state_dict().values(), b.state_dict().values())
+             if x.is_floating_point()]
+    return max(diffs, default=0.0)
+
+
+# --- reporting -----------------------------------------------------------------------------------
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device: torch.device) -> dict:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "cpu": cpu_model(), "cpu_cores": cores, "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
+def print_table(rounds: list, summary: dict, args: argparse.Namespace) -> None:
+    print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}")
+    for i, r in enumerate(rounds, 1):
+        print(f"{i:>6} {r['engine_img_s']:>13.1f} {r['bare_img_s']:>11.1f} {r['ratio']:>11.3f}x")
+    print(f"{'median':>6} {summary['engine_img_s']:>13.1f} {summary['bare_img_s']:>11.1f} "
+          f"{summary['ratio']:>11.3f}x")
+    verdict = "meets" if summary["ratio"] >= args.target else "BELOW"
+    print(f"engine/bare img/s ratio: {summary['ratio']:.2f}x (median of {len(rounds)}; "
+          f"target >= {args.target}: {verdict})")
+
+
+def main(argv=None) -> None:
+    args = parse_cli(argv)
+    wall_start = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    command = shlex.join(["python", *sys.argv]) if argv is None else shlex.join(argv)
+
+    with tempfile.TemporaryDirectory(prefix="bench_loop-") as logdir:
+        trainer = build_trainer(args, logdir)  # prints its one-line summary
+        device = trainer.device
+        bare = BareLoop(trainer)
+        batches = make_batches(max(args.steps, args.warmup), args.batch_size, args.image_size,
+                               trainer.num_classes, device, args.channels_last)
+        quiet = not args.verbose
+
+        # Warm-up: allocator, cuDNN autotuning, oneDNN primitives, optimizer state, first log.
+        if args.warmup:
+            bare.train(batches[:args.warmup])
+            use_loader(trainer, ReplayLoader(batches, args.warmup))
+            run_engine_epoch(trainer, quiet)
+        use_loader(trainer, ReplayLoader(batches, args.steps))
+        images = args.steps * args.batch_size
+
+        rounds = []
+        for _ in range(args.repeats):
+            bare_s = timed(lambda: bare.train(batches[:args.steps]), device)
+            engine_s = timed(lambda: run_engine_epoch(trainer, quiet), device)
+            rounds.append({"engine_img_s": images / engine_s, "bare_img_s": images / bare_s,
+                           "ratio": bare_s / engine_s})
+        weight_diff = max_weight_difference(trainer.strategy.unwrap(trainer.model), bare.model)
+        trainer.close()
+
+    # Median of the per-round ratios: each pair ran back to back, so it is the least noisy.
+    summary = {k: statistics.median(r[k] for r in rounds)
+               for k in ("engine_img_s", "bare_img_s", "ratio")}
+    hw = hardware(device)
+    print(f"hardware: {hw['gpu'] or 'CPU'} | cpu {hw['cpu']} ({hw['cpu_cores']} cores) | "
+          f"torch {hw['torch']} ({hw['torch_threads']} threads)")
+    print(f"command:  {command}")
+    print(f"workload: {args.arch} {args.image_size}px, batch {args.batch_size}, "
+          f"{args.opt_level}, {args.steps} steps/side/round, warm-up {args.warmup}, "
+          f"logging every {args.print_freq} steps")
+    print_table(rounds, summary, args)
+    print(f"same math check: max |engine - bare| weight after {args.warmup + args.repeats * args.steps}"
+          f" steps each = {weight_diff:.3g}")
+    runtime = time.perf_counter() - wall_start
+    print(f"benchmark runtime: {runtime:.1f}s")
+
+    if args.json:
+        record = {"command": command, "config": vars(args), "hardware": hw, "rounds": rounds,
+                  "median": summary,
+                  "ratio_of_medians": summary["engine_img_s"] / summary["bare_img_s"],
+                  "target": args.target, "max_weight_diff": weight_diff,
+                  "runtime_s": runtime}
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Run a command inside this project's Python environment, creating it on first use.
+#
+#   launch/env.sh python -m pytest -q
+#   launch/env.sh torchrun --nproc_per_node=2 train/ddp.py ...
+#
+# The virtualenv lives outside the repository, keyed by the hash of requirements.txt, so a fresh
+# clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one.
+# RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python as is.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+if [ "${RECIPES_VENV:-}" = "system" ]; then
+  exec "$@"
+fi
+
+key="$(sha256sum "$repo/requirements.txt" | cut -c1-16)"
+venv="${RECIPES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes/venv-$key}"
+
+if [ ! -f "$venv/.complete" ]; then
+  echo "launch/env.sh: creating $venv (first run: downloads torch, several GB)" >&2
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -r "$repo/requirements.txt"
+  "$venv/bin/python" -c "import torch, torchvision, tensorboard" # fail here, not mid-run
+  touch "$venv/.complete"
+fi
+
+export PATH="$venv/bin:$PATH"
+export VIRTUAL_ENV="$venv"
+exec "$@"

@@ -1,0 +1,100 @@
+"""Bad input ends with one clear message and exit status 2, and writes nothing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TINY, run_script
+
+
+def _expect_usage_error(args, message, tmp_path, script="nd.py"):
+    proc = run_script(script, list(args) + ["--logdir", tmp_path / "runs"], check=False,
+                      timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists(), "a failed start must not leave a run dir behind"
+
+
+def test_missing_data_dir(tmp_path):
+    _expect_usage_error(TINY + [tmp_path / "nope"], "does not exist", tmp_path)
+
+
+def test_no_dataset_argument(tmp_path):
+    _expect_usage_error(TINY, "the dataset path is missing", tmp_path)
+
+
+def test_empty_data_dir(tmp_path):
+    (tmp_path / "data").mkdir()
+    _expect_usage_error(TINY + [tmp_path / "data"], "train", tmp_path)
+
+
+def test_no_class_folders(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "data" / split).mkdir(parents=True)
+    _expect_usage_error(TINY + [tmp_path / "data"], "class", tmp_path)
+
+
+def test_val_classes_differ(tiny_imagefolder, tmp_path):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    shutil.rmtree(sorted((data / "val").iterdir())[0])
+    _expect_usage_error(TINY + [data], "class folders differ", tmp_path)
+
+
+def test_unknown_arch(tiny_imagefolder, tmp_path):
+    _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
+
+
+@pytest.mark.parametrize("flag", ["-b", "--epochs"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_non_positive_sizes(tiny_imagefolder, tmp_path, flag, value):
+    _expect_usage_error(TINY + [flag, value, tiny_imagefolder], "must be a positive integer",
+                        tmp_path)
+
+
+def test_unknown_opt_level(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--opt-level", "O4", tiny_imagefolder], "invalid choice",
+                        tmp_path)
+
+
+def test_apex_only_option_is_explained(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--keep-batchnorm-fp32", "True", tiny_imagefolder],
+                        "apex-only option", tmp_path, script="ddp_apex.py")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_gpu_requested_without_gpu(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--device", "cuda", tiny_imagefolder], "no CUDA GPU", tmp_path)
+
+
+def test_resume_file_missing(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--resume", tmp_path / "nope.pth", tiny_imagefolder],
+                        "no such checkpoint", tmp_path)
+
+
+def test_resume_file_not_a_checkpoint(tiny_imagefolder, tmp_path):
+    junk = tmp_path / "junk.pth"
+    junk.write_bytes(b"this is not a checkpoint")
+    _expect_usage_error(TINY + ["--resume", junk, tiny_imagefolder], "not a readable checkpoint",
+                        tmp_path)
+
+
+def test_resume_refuses_arbitrary_pickles(tiny_imagefolder, tmp_path):
+    """weights_only loading: a file that needs arbitrary unpickling is refused, not executed."""
+    evil = tmp_path / "evil.pth"
+    import argparse
+    torch.save({"model": {}, "optimizer": {}, "epoch": 1, "arch": "resnet18",
+                "payload": argparse.Namespace(x=1)}, evil)  # not on the weights-only allowlist
+    _expect_usage_error(TINY + ["--resume", evil, tiny_imagefolder], "not a readable checkpoint",
+                        tmp_path)
+
+
+def test_resume_from_another_architecture(tiny_imagefolder, tmp_path):
+    run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--steps-per-epoch", "1",
+                                "--logdir", tmp_path / "first", "--run-name", "r18",
+                                tiny_imagefolder])
+    _expect_usage_error(["-a", "resnet34", "--image-size", "32", "--resume",
+                         tmp_path / "first/r18/checkpoint.pth", tiny_imagefolder],
+                        "holds resnet18", tmp_path)

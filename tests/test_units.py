@@ -1,0 +1,196 @@
+"""In-process unit tests of the shared modules (config, sampling, precision, schedule)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+from recipe.config import TrainConfig, UsageError, parse_args
+from recipe.data import ShardedSampler, val_resize_size
+from recipe.precision import Precision, StaticLossScaler
+from recipe.schedule import LrMultiplier, scaled_lr
+from recipe.strategies import Strategy
+
+
+# --- config --------------------------------------------------------------------------------------
+def test_pytorch_examples_flags_parse():
+    cfg = parse_args(["-a", "resnet18", "-b", "64", "-j", "3", "--lr", "0.2", "--momentum", "0.8",
+                      "--wd", "5e-5", "--epochs", "7", "--start-epoch", "2", "-p", "5", "-e",
+                      "--seed", "11", "--resume", "x.pth", "/data/imagenet"])
+    assert (cfg.arch, cfg.batch_size, cfg.workers, cfg.lr, cfg.momentum) == ("resnet18", 64, 3, 0.2, 0.8)
+    assert (cfg.weight_decay, cfg.epochs, cfg.start_epoch, cfg.print_freq) == (5e-5, 7, 2, 5)
+    assert cfg.evaluate and cfg.seed == 11 and cfg.resume == "x.pth" and cfg.data == "/data/imagenet"
+
+
+def test_entry_defaults_and_torch_launch_compat():
+    cfg = parse_args(["--dummy", "--local-rank=3"], defaults={"opt_level": "O1"})
+    assert cfg.opt_level == "O1" and cfg.backend == "synthetic"
+
+
+def test_config_saves_as_json(tmp_path):
+    import json
+    cfg = parse_args(["--dummy", "--lr-steps", "2", "4"])
+    cfg.save(tmp_path / "c.json")
+    assert json.loads((tmp_path / "c.json").read_text())["lr_steps"] == [2, 4]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--dummy", "--loss-scale", "abc"], "--loss-scale"),
+    (["--dummy", "--warmup-epochs", "200"], "--warmup-epochs"),
+    (["--dummy", "--grad-accum", "0"], "--grad-accum"),
+    (["--dummy", "--start-epoch", "90"], "--start-epoch"),
+    (["--dummy", "--master-weights"], "apex-only"),
+])
+def test_config_rejects(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse_args(argv)
+
+
+# --- sampling ------------------------------------------------------------------------------------
+def test_train_shards_rebuild_the_global_batches():
+    """Union over ranks of each rank's k-th batch == the k-th batch of a 1-process run."""
+    size, world, per_rank = 96, 3, 4
+    single = [k for k, _ in ShardedSampler(size, 0, 1, shuffle=True, seed=5)]
+    shards = [[k for k, _ in ShardedSampler(size, r, world, shuffle=True, seed=5)]
+              for r in range(world)]
+    assert sorted(single) == list(range(size))
+    for step in range(size // (world * per_rank)):
+        global_batch = single[step * world * per_rank:(step + 1) * world * per_rank]
+        union = [i for s in shards for i in s[step * per_rank:(step + 1) * per_rank]]
+        assert sorted(union) == sorted(global_batch)
+
+
+def test_train_shards_pad_evenly_and_reshuffle_per_epoch():
+    samplers = [ShardedSampler(10, r, 4, shuffle=True, seed=0) for r in range(4)]
+    assert [len(s) for s in samplers] == [3] * 4  # 10 padded to 12
+    assert {i for s in samplers for i, _ in s} == set(range(10))
+    first = list(samplers[0])
+    samplers[0].set_epoch(1)
+    assert list(samplers[0]) != first
+
+
+def test_val_shards_are_exact():
+    """No padding: each index on exactly one rank, even when shards differ in size."""
+    shards = [[i for i, _ in ShardedSampler(11, r, 3, shuffle=False, seed=0)] for r in range(3)]
+    assert [len(s) for s in shards] == [4, 4, 3]
+    assert sorted(i for s in shards for i in s) == list(range(11))
+
+
+def test_augmentation_seed_depends_on_sample_not_rank():
+    one = dict(ShardedSampler(20, 0, 1, shuffle=True, seed=2))
+    two = dict(k for r in range(2) for k in ShardedSampler(20, r, 2, shuffle=True, seed=2))
+    assert one == two
+
+
+def test_val_resize_matches_the_classic_recipe():
+    assert val_resize_size(224) == 256 and val_resize_size(64) == 73
+
+
+# --- schedule ------------------------------------------------------------------------------------
+def _cfg(**kw):
+    return parse_args(["--dummy"] + [a for k, v in kw.items() for a in (f"--{k}", *map(str, v))])
+
+
+def test_linear_lr_scaling():
+    assert scaled_lr(_cfg(lr=[0.1]), 1024) == pytest.approx(0.4)
+    assert scaled_lr(_cfg(lr=[0.1], **{"no-lr-scaling": []}), 1024) == pytest.approx(0.1)
+
+
+def test_step_schedule_with_warmup():
+    f = LrMultiplier(_cfg(epochs=[90], **{"warmup-epochs": [5]}), steps_per_epoch=10)
+    assert f(0) == pytest.approx(1 / 50) and f(49) == pytest.approx(1.0)
+    assert f(299) == 1.0 and f(300) == pytest.approx(0.1) and f(600) == pytest.approx(0.01)
+    assert f(800) == pytest.approx(0.001)
+
+
+def test_cosine_schedule():
+    f = LrMultiplier(_cfg(epochs=[10], **{"lr-schedule": ["cosine"]}), steps_per_epoch=10)
+    assert f(0) == 1.0 and f(50) == pytest.approx(0.5) and f(100) == pytest.approx(0.0)
+
+
+# --- precision -----------------------------------------------------------------------------------
+def _tiny_convnet():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+
+def _train_steps(opt_level, steps=3, amp_dtype="auto"):
+    cfg = parse_args(["--dummy", "--opt-level", opt_level, "--amp-dtype", amp_dtype])
+    precision = Precision(cfg, torch.device("cpu"), verbose=False)
+    model = precision.prepare_model(_tiny_convnet())
+    opt = torch.optim.SGD(precision.optimizer_params(model), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
+        with precision.autocast():
+            out = model(precision.cast_input(x))
+        loss = nn.functional.cross_entropy(out.float(), y)
+        precision.backward(loss)
+        precision.step(opt, Strategy())
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return precision, model, opt, losses
+
+
+@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
+def test_every_opt_level_trains_on_cpu(level):
+    precision, model, _, losses = _train_steps(level, steps=6)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0]
+    expected = {"O0": torch.float32, "O1": torch.float32, "O2": torch.bfloat16,
+                "O3": torch.bfloat16}[level]
+    assert model[0].weight.dtype == expected
+    assert model[1].weight.dtype == (torch.bfloat16 if level == "O3" else torch.float32)
+
+
+def test_o2_keeps_fp32_master_weights_in_sync():
+    precision, model, opt, _ = _train_steps("O2")
+    masters = [p for g in opt.param_groups for p in g["params"]]
+    assert all(p.dtype == torch.float32 for p in masters)
+    assert masters[0] is not model[0].weight  # a separate fp32 copy of the bf16 conv weight
+    assert torch.equal(masters[0].to(torch.bfloat16), model[0].weight)
+    assert masters[2] is model[1].weight  # BatchNorm is fp32 already: its own master
+    state = precision.model_state_dict(model)
+    assert state["0.weight"].dtype == torch.float32 and torch.equal(state["0.weight"], masters[0])
+
+
+def test_o2_checkpoint_round_trip_restores_masters():
+    precision, model, opt, _ = _train_steps("O2")
+    state = precision.model_state_dict(model)
+    fresh_precision, fresh_model, _, _ = _train_steps("O2", steps=0)
+    fresh_precision.load_model_state_dict(fresh_model, state)
+    assert torch.equal(fresh_precision.model_state_dict(fresh_model)["0.weight"], state["0.weight"])
+
+
+def test_fp16_on_cpu_falls_back_to_bf16(capsys):
+    cfg = parse_args(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16"])
+    precision = Precision(cfg, torch.device("cpu"))
+    assert precision.half is torch.bfloat16
+    assert "using bfloat16 instead" in capsys.readouterr().out
+    assert not precision.scaler.is_enabled()  # bf16: no loss scaling
+
+
+def test_static_loss_scale_skips_non_finite_steps():
+    w = nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=1.0)
+    scaler = StaticLossScaler(128.0)
+    scaler.scale((w * 2).sum()).backward()
+    scaler.step(opt)
+    assert torch.equal(w.detach(), torch.full((2,), -1.0))  # grad 2 after unscaling
+    w.grad = torch.tensor([float("inf"), 1.0])
+    scaler.step(opt)
+    assert torch.equal(w.detach(), torch.full((2,), -1.0))  # skipped
+
+
+def test_resnet_o2_keeps_every_batchnorm_fp32():
+    cfg = parse_args(["--dummy", "--opt-level", "O2"])
+    model = Precision(cfg, torch.device("cpu"), verbose=False).prepare_model(
+        torchvision.models.resnet18(num_classes=10))
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            assert m.weight.dtype == torch.float32 and m.running_var.dtype == torch.float32
+        elif isinstance(m, nn.Conv2d):
+            assert m.weight.dtype == torch.bfloat16
