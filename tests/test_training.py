@@ -168,3 +168,22 @@ def test_desired_acc_stops_early(tiny_imagefolder, tmp_path):
                                 tiny_imagefolder])
     assert len(records(tmp_path / "stop", "val")) == 1
     assert "desired-acc" in records(tmp_path / "stop", "end")[0]["reason"]
+
+
+def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
+    """A truncated JPEG and a text file named .JPEG do not stop (or hang) a 2-rank run: they
+    are skipped on whichever rank meets them and counted, over all ranks, in the log."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    first_class = sorted((data / "train").iterdir())[0]
+    good = sorted(first_class.iterdir())[0]
+    (first_class / "truncated.JPEG").write_bytes(good.read_bytes()[:300])
+    (first_class / "notes.JPEG").write_text("not an image")
+    # 66 files = 2 ranks x 3 steps x 11: every file is met exactly once, nothing is dropped
+    run_script("ddp.py", TINY + ["-b", "11", "--epochs", "1", "--logdir", tmp_path,
+                                 "--run-name", "skip", data], nproc=2)
+    epoch = records(tmp_path / "skip", "train_epoch")[0]
+    assert epoch["skipped"] == 2
+    assert epoch["count"] == 64

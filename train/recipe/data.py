@@ -139,7 +139,7 @@ class DeviceLoader:
         self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(shape) * 255
         self.inv_std = 1.0 / (torch.tensor(IMAGENET_STD, device=device).view(shape) * 255)
         self.num_samples = len(sampler)  # this rank's share of the dataset
-        self.skipped = 0  # unreadable files met so far (this rank)
+        self.skipped = 0  # unreadable files met in the current pass (this rank)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
@@ -148,6 +148,7 @@ class DeviceLoader:
         return len(self.loader)
 
     def __iter__(self):
+        self.skipped = 0
         for images, targets, skipped in self.loader:
             self.skipped += skipped
             if images.numel() == 0:

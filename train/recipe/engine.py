@@ -202,7 +202,7 @@ class Trainer:
         img_s = stats["count"] / epoch_time
         self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
                        img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
-                       epoch_time=epoch_time, skipped=self.train_loader.skipped)
+                       epoch_time=epoch_time, skipped=self._skipped(self.train_loader))
 
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
                       done: int) -> None:
@@ -242,11 +242,16 @@ class Trainer:
         seconds = watch.lap()
         self.log.write("val", epoch=self.epoch, step=self.step, **stats,
                        img_s=stats["count"] / seconds, time=seconds,
-                       skipped=self.val_loader.skipped)
+                       skipped=self._skipped(self.val_loader))
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
                        f"({stats['count']} images, {seconds:.1f}s)")
         return stats
+
+    def _skipped(self, loader) -> int:
+        """Unreadable files met by all ranks in the loader's last pass (collective)."""
+        count = torch.tensor([float(loader.skipped)], dtype=torch.float64, device=self.device)
+        return int(self.strategy.all_reduce_sum(count).item())
 
     def save_checkpoint(self, is_best: bool) -> None:
         # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
