@@ -35,6 +35,16 @@ TB_SCALARS = {
 }
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment_info() -> Dict[str, Any]:
     import torchvision
 
@@ -42,7 +52,7 @@ def environment_info() -> Dict[str, Any]:
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__,
                      "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()},
-        "hardware": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+        "hardware": {"host": platform.node(), "cpu": cpu_model(),
                      "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                      "gpus": [torch.cuda.get_device_name(i)
                               for i in range(torch.cuda.device_count())]},

@@ -1,0 +1,70 @@
+"""Print a Markdown table of runs, read only from their JSONL logs (for RESULTS.md).
+
+    python launch/summarize_runs.py runs/quickstart-* runs/bench-*
+
+One row per run dir: script, strategy, processes, precision, global batch, steady-state
+throughput (median of the interval records after the first, which includes warm-up),
+last and best validation top-1, wall time, and the hardware recorded at start.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def load(run_dir: Path) -> dict:
+    recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
+    by_kind = {}
+    for r in recs:
+        by_kind.setdefault(r["kind"], []).append(r)
+    return by_kind
+
+
+def row(run_dir: Path) -> dict:
+    logs = load(run_dir)
+    run = logs["run"][-1]
+    train = logs.get("train", [])
+    steady = [r["img_s"] for r in train[1:]] or [r["img_s"] for r in train]
+    val = logs.get("val", [])
+    hw = run["hardware"]
+    device = ", ".join(hw["gpus"]) if hw["gpus"] else f"{hw['cpu']} x{hw['cpu_count']} CPU"
+    return {
+        "run": run_dir.name, "script": run["entry"], "procs": run["world_size"],
+        "precision": f"{run['precision']['opt_level']} {run['precision']['dtype']}",
+        "arch": run["config"]["arch"], "image": run["config"]["image_size"],
+        "global batch": run["global_batch"],
+        "img/s": f"{statistics.median(steady):.1f}" if steady else "-",
+        "img/s/proc": f"{statistics.median(steady) / run['world_size']:.1f}" if steady else "-",
+        "val top-1": f"{val[-1]['top1']:.1f}" if val else "-",
+        "best top-1": f"{max(v['top1'] for v in val):.1f}" if val else "-",
+        "epochs": len(logs.get("train_epoch", [])),
+        "wall s": f"{(logs.get('end') or train or [run])[-1]['elapsed']:.0f}",
+        "device": device, "torch": run["versions"]["torch"],
+    }
+
+
+def markdown(rows: list) -> str:
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    dirs = [d for d in args.run_dirs if (d / "log.jsonl").is_file()]
+    if not dirs:
+        print("error: none of the given folders holds a log.jsonl", file=sys.stderr)
+        return 2
+    print(markdown([row(d) for d in dirs]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
