@@ -23,6 +23,10 @@ TINY = ["-a", "resnet18", "--image-size", "32", "-j", "1", "-p", "1"]
 
 
 def _load_make_synthetic():
+    # One module object per name: the generator's worker processes pickle its functions by
+    # reference, so a second copy under the same name would break test_data_tools.
+    if "make_synthetic" in sys.modules:
+        return sys.modules["make_synthetic"].make_synthetic_imagefolder
     spec = importlib.util.spec_from_file_location("make_synthetic", REPO / "data" / "make_synthetic.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while being defined
