@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from recipe.config import TrainConfig, UsageError, parse_args
+from recipe.config import UsageError, parse_args
 from recipe.data import ShardedSampler, val_resize_size
 from recipe.precision import Precision, StaticLossScaler
 from recipe.schedule import LrMultiplier, scaled_lr

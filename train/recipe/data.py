@@ -19,7 +19,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 import torch
 import torchvision

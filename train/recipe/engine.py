@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Dict, Optional

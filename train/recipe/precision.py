@@ -56,8 +56,13 @@ class StaticLossScaler:
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        torch._foreach_mul_(grads, 1.0 / self.scale_value)
-        if all(torch.isfinite(g).all() for g in grads):
+        if not grads:
+            return
+        # One fused unscale + non-finite check, and a single host sync for the whole model.
+        found_inf = torch.zeros(1, device=grads[0].device)
+        inv_scale = torch.full((1,), 1.0 / self.scale_value, device=grads[0].device)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+        if found_inf.item() == 0:
             optimizer.step()
 
     def update(self) -> None:
