@@ -24,7 +24,7 @@ fi
 echo "quickstart: $nproc process(es), opt level $opt, ${size}px (GPUs: $gpus)"
 
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} launch/env.sh torchrun --standalone --nproc_per_node="$nproc" \
-  train/ddp_apex.py -a resnet18 --image-size "$size" -b 32 --epochs 5 --lr 0.8 \
+  train/ddp_apex.py -a resnet18 --image-size "$size" -b 32 --epochs 5 --lr 0.4 \
   --warmup-epochs 1 --lr-schedule cosine --opt-level "$opt" --run-name "quickstart-$(date +%Y%m%d-%H%M%S)" \
   "$@" "$data"
 echo "quickstart: done. See: tensorboard --logdir runs"

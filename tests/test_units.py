@@ -194,3 +194,23 @@ def test_resnet_o2_keeps_every_batchnorm_fp32():
             assert m.weight.dtype == torch.float32 and m.running_var.dtype == torch.float32
         elif isinstance(m, nn.Conv2d):
             assert m.weight.dtype == torch.bfloat16
+
+
+# --- models --------------------------------------------------------------------------------------
+def test_pretrained_from_a_local_file_skips_a_mismatched_classifier(tmp_path, capsys):
+    from recipe.models import build_model
+
+    source = torchvision.models.resnet18(num_classes=1000)
+    torch.save(source.state_dict(), tmp_path / "resnet18.pth")
+    model = build_model("resnet18", num_classes=4, pretrained=str(tmp_path / "resnet18.pth"))
+    assert torch.equal(model.conv1.weight, source.conv1.weight)
+    assert model.fc.weight.shape == (4, 512)
+    assert "fc.weight" in capsys.readouterr().out
+
+
+def test_pretrained_of_another_architecture_is_refused(tmp_path):
+    from recipe.models import build_model
+
+    torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
+    with pytest.raises(UsageError, match="does not fit"):
+        build_model("resnet50", num_classes=10, pretrained=str(tmp_path / "r18.pth"))

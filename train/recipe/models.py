@@ -29,8 +29,8 @@ def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None) -
 def load_pretrained(model: nn.Module, path: Path) -> None:
     """Load a state_dict file (e.g. torchvision's resnet50-*.pth, downloaded beforehand).
 
-    Weights whose shape does not match (a classifier for another class count) are skipped with a
-    notice, so the same file serves fine-tuning on a smaller label set.
+    A classifier of another shape (another class count) is skipped with a notice, so the same
+    file serves fine-tuning on a smaller label set; any other mismatch is an error.
     """
     if not path.is_file():
         raise UsageError(f"--pretrained {path}: no such file")
@@ -42,12 +42,21 @@ def load_pretrained(model: nn.Module, path: Path) -> None:
     if not isinstance(state, dict):
         raise UsageError(f"--pretrained {path} does not hold a state_dict")
     own = model.state_dict()
-    unknown = [k for k in state if k not in own]
-    if unknown:
-        raise UsageError(f"--pretrained {path} does not fit this architecture "
-                         f"(unexpected keys such as {unknown[:3]})")
+    unexpected = [k for k in state if k not in own]
+    missing = [k for k in own if k not in state]
+    if unexpected or missing:
+        raise UsageError(f"--pretrained {path} does not fit this architecture (missing keys such "
+                         f"as {missing[:3]}, unexpected keys such as {unexpected[:3]})")
+    # Only the classifier may differ in shape (another class count); anything else means the
+    # file belongs to another model variant.
+    classifier = next(k for k in reversed(own) if k.endswith("weight")).rsplit(".", 1)[0]
     mismatched = [k for k, v in state.items() if v.shape != own[k].shape]
+    wrong = [k for k in mismatched if not k.startswith(classifier + ".")]
+    if wrong:
+        raise UsageError(f"--pretrained {path} does not fit this architecture "
+                         f"(shapes differ for {wrong[:3]})")
     if mismatched:
-        print(f"note: --pretrained: not loading {mismatched} (shape differs; re-initialised)")
+        print(f"note: --pretrained: not loading {mismatched} (another class count; "
+              "the classifier starts from scratch)")
     own.update({k: v for k, v in state.items() if k not in mismatched})
     model.load_state_dict(own)
