@@ -201,6 +201,9 @@ class Trainer:
         self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
                        img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
                        epoch_time=epoch_time, skipped=self._skipped(self.train_loader))
+        self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
+                       f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
+                       f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
 
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
                       done: int) -> None:
