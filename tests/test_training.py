@@ -67,6 +67,19 @@ def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
     assert "checkpoint.pth" in proc.stdout
     epochs = [r["epoch"] for r in records(tmp_path / "job", "train_epoch")]
     assert epochs == [0, 1]  # epoch 0 from the first run, epoch 1 from the resumed one
+    # The schedule follows the CURRENT command (a new --lr), not the checkpoint's.
+    run_script("nd.py", common + ["--epochs", "3", "--lr", "0.2", "--resume", "auto",
+                                  tiny_imagefolder])
+    last = [r for r in records(tmp_path / "job", "train") if r["epoch"] == 2]
+    assert last and all(r["lr"] == pytest.approx(0.2 * 16 / 256) for r in last)
+    # Another --run-name never continues this run: it starts from scratch.
+    proc = run_script("nd.py", TINY + ["-b", "16", "--logdir", tmp_path, "--run-name", "other",
+                                       "--epochs", "1", "--resume", "auto", tiny_imagefolder])
+    assert "starting from scratch" in proc.stdout
+    assert [r["epoch"] for r in records(tmp_path / "other", "train_epoch")] == [0]
+    # Reusing a run's name without --resume would overwrite its checkpoints: refused.
+    proc = run_script("nd.py", common + ["--epochs", "4", tiny_imagefolder], check=False)
+    assert proc.returncode == 2 and "already holds a run's checkpoint" in proc.stderr
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
@@ -171,8 +184,9 @@ def test_desired_acc_stops_early(tiny_imagefolder, tmp_path):
 
 
 def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
-    """A truncated JPEG and a text file named .JPEG do not stop (or hang) a 2-rank run: they
-    are skipped on whichever rank meets them and counted, over all ranks, in the log."""
+    """A truncated JPEG and a text file named .JPEG do not stop (or hang) a 2-rank run. In
+    training each is replaced by the next readable sample (batches keep their size); in
+    validation it is dropped (no image counted twice). Both are counted over all ranks."""
     import shutil
 
     data = tmp_path / "data"
@@ -181,9 +195,27 @@ def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
     good = sorted(first_class.iterdir())[0]
     (first_class / "truncated.JPEG").write_bytes(good.read_bytes()[:300])
     (first_class / "notes.JPEG").write_text("not an image")
+    (sorted((data / "val").iterdir())[0] / "empty.JPEG").write_bytes(b"")
     # 66 files = 2 ranks x 3 steps x 11: every file is met exactly once, nothing is dropped
     run_script("ddp.py", TINY + ["-b", "11", "--epochs", "1", "--logdir", tmp_path,
                                  "--run-name", "skip", data], nproc=2)
     epoch = records(tmp_path / "skip", "train_epoch")[0]
-    assert epoch["skipped"] == 2
-    assert epoch["count"] == 64
+    # notes.JPEG sorts right before truncated.JPEG, so the search for notes' replacement meets
+    # truncated too: 3 unreadable reads for 2 unreadable files
+    assert epoch["skipped"] == 3 and epoch["count"] == 66
+    assert [r["count"] for r in records(tmp_path / "skip", "train")] == [22, 22, 22]
+    val = records(tmp_path / "skip", "val")[0]
+    assert val["skipped"] == 1 and val["count"] == 20
+
+
+def test_in_training_validation_scores_the_saved_model(tiny_imagefolder, tmp_path):
+    """DDP without --sync-bn: each rank's BatchNorm running stats drift apart during an epoch.
+    Validation must score the model the checkpoint holds (rank 0's buffers on every rank)."""
+    run_script("ddp.py", TINY + ["-b", "8", "--epochs", "1", "--logdir", tmp_path,
+                                 "--run-name", "train", tiny_imagefolder], nproc=2)
+    run_script("nd.py", TINY + ["-e", "--resume", tmp_path / "train/checkpoint.pth", "-b", "6",
+                                "--logdir", tmp_path, "--run-name", "eval", tiny_imagefolder])
+    during, after = records(tmp_path / "train", "val")[0], records(tmp_path / "eval", "val")[0]
+    assert during["count"] == after["count"] == 20
+    assert during["top1"] == after["top1"]
+    assert during["loss"] == pytest.approx(after["loss"], rel=1e-4)

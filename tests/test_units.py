@@ -214,3 +214,56 @@ def test_pretrained_of_another_architecture_is_refused(tmp_path):
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
     with pytest.raises(UsageError, match="does not fit"):
         build_model("resnet50", num_classes=10, pretrained=str(tmp_path / "r18.pth"))
+
+
+@pytest.mark.parametrize("level,loss_scale", [("O1", "dynamic"), ("O2", "dynamic"),
+                                              ("O2", "128"), ("O3", "dynamic")])
+def test_float16_loss_scaling_paths(monkeypatch, level, loss_scale):
+    """The fp16 paths (GradScaler, static scale, O2 master unscaling) normally run only on GPUs;
+    forcing float16 on the CPU runs the same code here and must track fp32 closely."""
+    import recipe.precision as precision_module
+
+    monkeypatch.setattr(precision_module, "resolve_half_dtype", lambda *a, **k: torch.float16)
+    cfg = parse_args(["--dummy", "--opt-level", level, "--loss-scale", loss_scale])
+    precision = Precision(cfg, torch.device("cpu"), verbose=False)
+    expected = {"O1": "GradScaler", "O2": "GradScaler" if loss_scale == "dynamic"
+                else "StaticLossScaler", "O3": "none"}[level]
+    assert precision.describe()["loss_scaling"] == expected
+    model = precision.prepare_model(_tiny_convnet())
+    reference = _tiny_convnet()
+    opts = [torch.optim.SGD(precision.optimizer_params(model), lr=0.05),
+            torch.optim.SGD(reference.parameters(), lr=0.05)]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        x, y = torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
+        with precision.autocast():
+            loss = nn.functional.cross_entropy(model(precision.cast_input(x)).float(), y)
+        precision.backward(loss)
+        precision.step(opts[0], Strategy())
+        ref_loss = nn.functional.cross_entropy(reference(x), y)
+        ref_loss.backward()
+        opts[1].step()
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
+        assert loss.item() == pytest.approx(ref_loss.item(), rel=2e-2)
+    if level in ("O1", "O2"):
+        assert precision.loss_scale() in (65536.0, 128.0)  # scaled, and no overflow skipped
+    # the state round trip keeps a fixed --loss-scale and refuses a scaler of another kind
+    state = precision.state_dict()
+    precision.load_state_dict({**state, "scaler_type": "Other", "scaler": {"scale": 1.0}})
+    assert precision.loss_scale() == (None if level == "O3" else
+                                      (128.0 if loss_scale == "128" else 65536.0))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--dummy", "--dist-url", "tcp://x:23456"], "torchrun"),
+    (["--dummy", "--multiprocessing-distributed"], "torchrun"),
+    (["--dummy", "--momentum", "-1"], "--momentum"),
+    (["--dummy", "--wd", "-0.1"], "--wd"),
+    (["--dummy", "--lr", "0"], "--lr"),
+    (["--dummy", "--dist-timeout", "0"], "--dist-timeout"),
+    (["--dummy", "--pretrained", "."], "weights FILE"),
+])
+def test_config_rejects_with_a_hint(argv, message):
+    with pytest.raises(UsageError, match=message):
+        parse_args(argv)

@@ -17,6 +17,10 @@ OPT_LEVELS = ("O0", "O1", "O2", "O3")
 DATA_BACKENDS = ("pytorch", "synthetic", "dali-cpu", "dali-gpu")
 LR_SCHEDULES = ("step", "cosine")
 
+# pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
+LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank", "--gpu",
+                       "--multiprocessing-distributed")
+
 # Options of apex's `amp.initialize` that have no meaning here. apex's amp module was removed
 # upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
 APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
@@ -158,9 +162,10 @@ def build_parser(description: str = "", defaults: Optional[dict] = None) -> argp
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead. Accept both.
     parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
                         help=argparse.SUPPRESS)
-    for flag in APEX_ONLY_OPTIONS:
-        parser.add_argument(flag, dest="apex_only_" + flag.strip("-").replace("-", "_"),
-                            nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+    for prefix, flags in (("apex_only_", APEX_ONLY_OPTIONS), ("legacy_", LEGACY_DIST_OPTIONS)):
+        for flag in flags:
+            parser.add_argument(flag, dest=prefix + flag.strip("-").replace("-", "_"),
+                                nargs="?", const=True, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -185,6 +190,14 @@ def parse_args(argv: Optional[list] = None, description: str = "",
             "this recipe implements the opt levels on native torch.amp. O2 always keeps fp32 "
             "master weights and fp32 BatchNorm. Choose the behaviour with --opt-level O0..O3 and "
             "--amp-dtype, and drop this option.")
+    legacy = [k for k in list(ns) if k.startswith("legacy_")]
+    used = ["--" + k[len("legacy_"):].replace("_", "-") for k in legacy if ns.pop(k) is not None]
+    if used:
+        raise UsageError(
+            f"{', '.join(used)}: pytorch/examples' own process launching is not used here. Start "
+            "one process per GPU with torchrun, e.g. torchrun --nproc_per_node=4 train/ddp.py "
+            "...; multi-node: add --nnodes, --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT "
+            "(see README, Multi-node)")
     ns["lr_steps"] = tuple(ns["lr_steps"])
     cfg = TrainConfig(**ns)
     validate(cfg)
@@ -199,6 +212,18 @@ def validate(cfg: TrainConfig) -> None:
             raise UsageError(f"{flag} must be a positive integer, got {getattr(cfg, name)}")
     if cfg.start_epoch < 0 or (cfg.start_epoch >= cfg.epochs and not cfg.evaluate):
         raise UsageError(f"--start-epoch {cfg.start_epoch} must be in [0, --epochs {cfg.epochs})")
+    for name, low, inclusive in (("lr", 0.0, False), ("momentum", 0.0, True),
+                                 ("weight_decay", 0.0, True), ("dist_timeout", 0.0, False),
+                                 ("synthetic_train_size", 0, False),
+                                 ("synthetic_val_size", 0, False), ("synthetic_classes", 0, False)):
+        value = getattr(cfg, name)
+        if value < low or (value == low and not inclusive):
+            flag = {"weight_decay": "--wd"}.get(name, "--" + name.replace("_", "-"))
+            raise UsageError(f"{flag} must be {'>=' if inclusive else '>'} {low}, got {value}")
+    if cfg.pretrained and Path(cfg.pretrained).is_dir():
+        raise UsageError(f"--pretrained takes a weights FILE, got the folder {cfg.pretrained}. "
+                         "(pytorch/examples' --pretrained downloads weights; here download them "
+                         "beforehand, e.g. torchvision's resnet50-*.pth, and pass its path)")
     if cfg.steps_per_epoch < 0:
         raise UsageError("--steps-per-epoch must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:

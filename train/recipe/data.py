@@ -87,35 +87,43 @@ def read_image_uint8(path: str) -> torch.Tensor:
 class ImageFolderUint8(torchvision.datasets.ImageFolder):
     """ImageFolder whose samples are uint8 tensors, keyed by (index, augmentation seed).
 
-    A file that cannot be decoded yields None (the collate function drops and counts it) instead
-    of raising in a worker, which would kill this rank and leave the others waiting.
+    A file that cannot be decoded never raises in a worker (that would kill this rank and leave
+    the others waiting). Training replaces it with the next readable sample, so every batch keeps
+    its size and every rank its step count; validation drops it (returns None), so no image is
+    counted twice. Either way the collate function counts it.
     """
 
-    def __init__(self, root: str, transform):
+    def __init__(self, root: str, transform, replace_unreadable: bool):
         super().__init__(root, transform=transform, loader=read_image_uint8)
+        self.replace_unreadable = replace_unreadable
 
     def __getitem__(self, key):
         index, seed = key
-        path, target = self.samples[index]
-        try:
-            # Per-sample augmentation randomness (see the module docstring). fork_rng restores
-            # the global RNG afterwards, which matters when loading runs in the main process.
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                image = self.transform(self.loader(path))
-        except Exception as err:  # corrupt, truncated or not an image
-            warnings.warn(f"skipping unreadable image {path}: {err}")
-            return None
-        return image, target
+        for unreadable in range(len(self.samples)):
+            path, target = self.samples[(index + unreadable) % len(self.samples)]
+            try:
+                # Per-sample augmentation randomness (see the module docstring); default_generator
+                # rather than torch.manual_seed, which also reseeds every CUDA device and costs
+                # ~100x more. fork_rng restores the CPU RNG for a loader in the main process.
+                with torch.random.fork_rng(devices=[]):
+                    torch.random.default_generator.manual_seed(seed)
+                    return self.transform(self.loader(path)), target, unreadable
+            except Exception as err:  # corrupt, truncated or not an image
+                warnings.warn(f"skipping unreadable image {path}: {err}")
+                if not self.replace_unreadable:
+                    return None
+        raise RuntimeError(f"no readable image at all in {self.root}")
 
 
 def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """-> (uint8 images, int64 targets, number of unreadable files met for this batch)."""
     good = [b for b in batch if b is not None]
+    skipped = (len(batch) - len(good)) + sum(unreadable for _, _, unreadable in good)
     if not good:
-        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), len(batch)
-    images = torch.stack([img for img, _ in good])
-    targets = torch.tensor([t for _, t in good], dtype=torch.int64)
-    return images, targets, len(batch) - len(good)
+        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), skipped
+    images = torch.stack([img for img, _, _ in good])
+    targets = torch.tensor([t for _, t, _ in good], dtype=torch.int64)
+    return images, targets, skipped
 
 
 def train_transform(image_size: int):
@@ -151,7 +159,7 @@ class DeviceLoader:
         self.skipped = 0
         for images, targets, skipped in self.loader:
             self.skipped += skipped
-            if images.numel() == 0:
+            if images.numel() == 0:  # validation batch of only unreadable files
                 continue
             images = images.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -164,12 +172,12 @@ def default_workers(local_world_size: int) -> int:
     return max(1, min(8, cores // max(local_world_size, 1) - 1))
 
 
-def _image_folder(root: Path, transform) -> ImageFolderUint8:
+def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolderUint8:
     if not root.is_dir():
         raise UsageError(f"{root} does not exist: the dataset needs train/ and val/ folders of "
                          "class sub-folders (see data/prepare_imagenet_val.py)")
     try:
-        return ImageFolderUint8(str(root), transform)
+        return ImageFolderUint8(str(root), transform, replace_unreadable)
     except (FileNotFoundError, RuntimeError) as err:
         raise UsageError(f"{root}: {err}. Expected one sub-folder per class holding images "
                          "(e.g. make one with: python data/make_synthetic.py DIR)") from None
@@ -179,8 +187,8 @@ def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
     root = Path(cfg.data)
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
-    train_set = _image_folder(root / "train", train_transform(cfg.image_size))
-    val_set = _image_folder(root / "val", val_transform(cfg.image_size))
+    train_set = _image_folder(root / "train", train_transform(cfg.image_size), True)
+    val_set = _image_folder(root / "val", val_transform(cfg.image_size), False)
     if val_set.classes != train_set.classes:
         missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]
         raise UsageError(f"{root}: val/ and train/ class folders differ (e.g. {missing})")

@@ -21,7 +21,7 @@ from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
 from .precision import Precision
 from .runlog import RunLog, environment_info
-from .schedule import build_scheduler, scaled_lr
+from .schedule import build_scheduler, scaled_lr, set_position
 
 
 class Trainer:
@@ -68,6 +68,7 @@ class Trainer:
 
         self.model = strategy.wrap_model(model)
         strategy.broadcast_initial_state(self.model, self.optimizer)
+        self.precision.refresh_masters(model)
         if cfg.compile:
             self.model = torch.compile(self.model)
         self._open_run_dir(resume_state)
@@ -78,8 +79,9 @@ class Trainer:
             return None
         path = Path(cfg.resume)
         if cfg.resume == "auto":
-            if cfg.run_name and (Path(cfg.logdir) / cfg.run_name / checkpoint.LATEST).is_file():
+            if cfg.run_name:  # that run only: never continue some other experiment
                 path = Path(cfg.logdir) / cfg.run_name / checkpoint.LATEST
+                path = path if path.is_file() else None
             else:
                 path = checkpoint.find_latest(Path(cfg.logdir), self._run_prefix())
             # every rank must resume from the same file, whatever its clock or listing says
@@ -102,9 +104,9 @@ class Trainer:
         if self.cfg.evaluate:
             return
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
+        set_position(self.scheduler, self.epoch * self.steps_per_epoch)
         self.best_top1 = state.get("best_top1", 0.0)
         rng = state.get("rng", [])
         if len(rng) == self.strategy.world_size:
@@ -118,12 +120,15 @@ class Trainer:
 
     def _open_run_dir(self, resume_state: Optional[dict]) -> None:
         cfg, strategy = self.cfg, self.strategy
-        if resume_state is not None and cfg.run_name is None and not cfg.evaluate:
+        if cfg.resume == "auto" and resume_state is not None and not cfg.evaluate:
             self.run_dir = Path(resume_state["path"]).parent  # continue the interrupted run
         else:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             name = cfg.run_name or strategy.broadcast_object(self._run_prefix() + stamp)
             self.run_dir = Path(cfg.logdir) / name
+            if (self.run_dir / checkpoint.LATEST).is_file() and not cfg.evaluate:
+                raise UsageError(f"{self.run_dir} already holds a run's checkpoint: continue it "
+                                 "with --resume auto, or choose another --run-name")
         self.log = RunLog(self.run_dir, enabled=strategy.is_main())
         if strategy.is_main():
             cfg.save(self.run_dir / "config.json")
@@ -290,4 +295,8 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
         if trainer is not None:
             trainer.close()
         exit_on_usage_error(err)
+    except BaseException:
+        if trainer is not None:
+            trainer.log.close()  # flush TensorBoard and JSONL; peers learn of it by timeout
+        raise
     trainer.close()

@@ -176,9 +176,21 @@ class Precision:
     def loss_scale(self) -> Optional[float]:
         return float(self.scaler.get_scale()) if self._scaling else None
 
+    def refresh_masters(self, model: nn.Module) -> None:
+        """O2: re-copy the fp32 masters from the model, after DDP's initial broadcast may have
+        replaced its weights with rank 0's (masters would otherwise keep this rank's)."""
+        with torch.no_grad():
+            for p, m in self._master_pairs:
+                m.copy_(p)
+
     def state_dict(self) -> dict:
-        return {"opt_level": self.opt_level, "scaler": self.scaler.state_dict()}
+        return {"opt_level": self.opt_level, "scaler_type": type(self.scaler).__name__,
+                "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("scaler") and self._scaling:
+        """Restore dynamic loss-scaling state; a fixed --loss-scale always wins, and a scaler of
+        another kind (dynamic vs static, or none) starts afresh."""
+        same_kind = state.get("scaler_type") == type(self.scaler).__name__
+        if state.get("scaler") and self._scaling and same_kind and not isinstance(
+                self.scaler, StaticLossScaler):
             self.scaler.load_state_dict(state["scaler"])

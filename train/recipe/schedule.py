@@ -40,7 +40,18 @@ class LrMultiplier:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
     multiplier = LrMultiplier(cfg, steps_per_epoch)
-    # Wrapped in a lambda on purpose: LambdaLR checkpoints the attributes of callable objects and
-    # would restore the *old* run's settings (e.g. --epochs) on resume; a plain function is left
-    # alone, so only the step count is restored and the schedule follows the current command.
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: multiplier(step))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+
+
+def set_position(scheduler, step: int) -> None:
+    """Put the schedule at optimizer step `step` of the CURRENT configuration.
+
+    Used on resume instead of loading the old scheduler state, which would bring back the old
+    run's base lr (another --lr, -b or world size) and count steps of another epoch length.
+    """
+    scheduler.last_epoch = step
+    for group, base, multiplier in zip(scheduler.optimizer.param_groups, scheduler.base_lrs,
+                                       scheduler.lr_lambdas):
+        group["initial_lr"] = base
+        group["lr"] = base * multiplier(step)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]

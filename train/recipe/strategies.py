@@ -183,8 +183,14 @@ class DDPStrategy(Strategy):
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
     def eval_model(self, model: nn.Module) -> nn.Module:
-        # DDP: the wrapper broadcasts buffers in forward; validate with the plain module.
-        return self.unwrap(model)
+        # DDP: validate with the plain module (the wrapper would broadcast in every forward, and
+        # shards differ in length), but first give every rank rank 0's buffers: each rank has
+        # updated its BatchNorm running stats with its own batches since the last broadcast,
+        # and the checkpoint holds rank 0's, so that is the model validation must score.
+        module = self.unwrap(model)
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
+        return module
 
     def no_sync(self, model: nn.Module):
         # DDP: skip the gradient all-reduce on accumulation micro-steps.
