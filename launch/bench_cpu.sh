@@ -6,7 +6,7 @@
 #   bash launch/bench_cpu.sh            # ~10 minutes on a 2-core box
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${LOGDIR:-runs/bench-cpu}"
+out="${LOGDIR:-runs/bench-cpu-$(date +%Y%m%d-%H%M%S)}"  # fresh per invocation
 data="${DATA:-data/synthetic}"
 common=(-a resnet18 --image-size 64 -b 32 --epochs 1 -p 5 --logdir "$out" -j 1)
 synthetic=(--dummy --synthetic-classes 10 --synthetic-val-size 64)
