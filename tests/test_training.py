@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, records, run_script
+from conftest import TINY, read_jsonl, records, run_script
 
 
 def _weights(path):
@@ -219,3 +219,43 @@ def test_in_training_validation_scores_the_saved_model(tiny_imagefolder, tmp_pat
     assert during["count"] == after["count"] == 20
     assert during["top1"] == after["top1"]
     assert during["loss"] == pytest.approx(after["loss"], rel=1e-4)
+
+
+def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path):
+    """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
+    mid-epoch checkpoint and exit 75; --resume auto then ends with the same weights, bit for bit,
+    as a run that was never interrupted (also taking --checkpoint-every checkpoints)."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import TRAIN, _env
+
+    common = TINY + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--logdir", tmp_path,
+                     "--seed", "4"]
+    run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
+                                  tiny_imagefolder])
+    cmd = [sys.executable, str(TRAIN / "nd.py"), *map(str, common + ["--run-name", "cut",
+                                                                     tiny_imagefolder])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=_env())
+    for line in proc.stdout:  # signal as soon as epoch 0 has made progress
+        if line.startswith("Epoch [0][2/"):
+            proc.send_signal(signal.SIGUSR1)
+            break
+    output = proc.stdout.read()
+    assert proc.wait(timeout=120) == 75, output
+    cut = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
+    assert cut["epoch"] == 0 and 2 <= cut["epoch_step"] < 8  # stopped inside epoch 0
+    assert "preempted by SIGUSR1" in records(tmp_path / "cut", "end")[0]["reason"]
+    run_script("nd.py", common + ["--run-name", "cut", "--resume", "auto", tiny_imagefolder])
+    straight, resumed = _weights(tmp_path / "straight/checkpoint.pth"), _weights(
+        tmp_path / "cut/checkpoint.pth")
+    for name in straight:
+        assert torch.equal(straight[name], resumed[name]), name
+    # the resumed process started right after the checkpointed step, inside epoch 0
+    log = read_jsonl(tmp_path / "cut")
+    second_start = max(i for i, r in enumerate(log) if r["kind"] == "run")
+    resumed_train = [r for r in log[second_start:] if r["kind"] == "train"]
+    assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
+    assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost

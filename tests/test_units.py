@@ -267,3 +267,10 @@ def test_float16_loss_scaling_paths(monkeypatch, level, loss_scale):
 def test_config_rejects_with_a_hint(argv, message):
     with pytest.raises(UsageError, match=message):
         parse_args(argv)
+
+
+def test_sampler_start_skips_this_ranks_first_samples():
+    full = list(ShardedSampler(40, 1, 2, shuffle=True, seed=3))
+    sampler = ShardedSampler(40, 1, 2, shuffle=True, seed=3)
+    sampler.set_epoch(0, start=8)
+    assert list(sampler) == full[8:] and len(sampler) == 12

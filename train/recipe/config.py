@@ -127,6 +127,9 @@ class TrainConfig:
         "--resume", help="checkpoint path, or 'auto' for the latest checkpoint of this run"))
     evaluate: bool = field(default=False, metadata=opt(
         "-e", "--evaluate", help="only evaluate the model (with --resume or --pretrained)"))
+    checkpoint_every: int = field(default=0, metadata=opt(
+        "--checkpoint-every", help="also checkpoint every N optimizer steps inside an epoch "
+                                   "(0: only at the end of each epoch)"))
     dist_timeout: float = field(default=1800.0, metadata=opt(
         "--dist-timeout", help="seconds a collective may wait for a peer before failing"))
     deterministic: bool = field(default=False, metadata=opt(
@@ -224,8 +227,8 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--pretrained takes a weights FILE, got the folder {cfg.pretrained}. "
                          "(pytorch/examples' --pretrained downloads weights; here download them "
                          "beforehand, e.g. torchvision's resnet50-*.pth, and pass its path)")
-    if cfg.steps_per_epoch < 0:
-        raise UsageError("--steps-per-epoch must be >= 0")
+    if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:
+        raise UsageError("--steps-per-epoch and --checkpoint-every must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:
         raise UsageError("the dataset path is missing: pass DATA (a folder with train/ and val/), "
                          "or use --dummy for synthetic data")

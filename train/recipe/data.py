@@ -55,10 +55,11 @@ class ShardedSampler(Sampler):
 
     def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int):
         self.size, self.rank, self.world = size, rank, world
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.shuffle, self.seed, self.epoch, self.start = shuffle, seed, 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Select the epoch; `start` skips this rank's first samples (mid-epoch resume)."""
+        self.epoch, self.start = epoch, start
 
     def _order(self) -> List[int]:
         if not self.shuffle:
@@ -69,13 +70,13 @@ class ShardedSampler(Sampler):
         return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for index in self._order()[self.rank::self.world]:
+        for index in self._order()[self.rank::self.world][self.start:]:
             yield index, sample_seed(self.seed, self.epoch, index)
 
     def __len__(self) -> int:
         if self.shuffle:
-            return math.ceil(self.size / self.world)
-        return len(range(self.rank, self.size, self.world))
+            return max(math.ceil(self.size / self.world) - self.start, 0)
+        return len(range(self.rank, self.size, self.world)[self.start:])
 
 
 # --- the pytorch backend -------------------------------------------------------------------------
@@ -149,8 +150,9 @@ class DeviceLoader:
         self.num_samples = len(sampler)  # this rank's share of the dataset
         self.skipped = 0  # unreadable files met in the current pass (this rank)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Select the epoch and the batch to start from (mid-epoch resume)."""
+        self.sampler.set_epoch(epoch, start_batch * self.loader.batch_size)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -218,22 +220,22 @@ class SyntheticLoader:
                  rank: int, world: int, train: bool, device: torch.device, channels_last: bool,
                  seed: int):
         self.num_samples = (size // world) if train else len(range(rank, size, world))
-        self.batch_size, self.train, self.skipped = batch_size, train, 0
+        self.batch_size, self.train, self.skipped, self.start = batch_size, train, 0, 0
         g = torch.Generator().manual_seed(seed * 31 + rank)
         images = torch.randn(batch_size, 3, image_size, image_size, generator=g)
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.images = images.to(device).contiguous(memory_format=memory_format)
         self.targets = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
 
-    def set_epoch(self, epoch: int) -> None:
-        pass
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.start = start_batch
 
     def __len__(self) -> int:
         full, rest = divmod(self.num_samples, self.batch_size)
-        return full if self.train or rest == 0 else full + 1
+        return (full if self.train or rest == 0 else full + 1) - self.start
 
     def __iter__(self):
-        for step in range(len(self)):
+        for step in range(self.start, self.start + len(self)):
             n = min(self.batch_size, self.num_samples - step * self.batch_size)
             yield self.images[:n], self.targets[:n]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Dict, Optional
@@ -24,10 +26,20 @@ from .runlog import RunLog, environment_info
 from .schedule import build_scheduler, scaled_lr, set_position
 
 
+# sysexits' EX_TEMPFAIL ("try again later"): the launch scripts requeue the job on it.
+PREEMPTED_EXIT_CODE = 75
+
+
+class Preempted(Exception):
+    """A stop signal arrived; a checkpoint has been written."""
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, strategy, entry: str):
         self.cfg, self.strategy, self.entry = cfg, strategy, entry
         self.epoch, self.step, self.best_top1 = cfg.start_epoch, 0, 0.0
+        self.resume_epoch_step = 0  # optimizer steps of self.epoch already done (mid-epoch resume)
+        self.stop_signal = None  # set by SIGTERM / SIGUSR1 (preemption warning)
         self.log = RunLog(None, enabled=False)
 
     # === setup ===================================================================================
@@ -66,6 +78,8 @@ class Trainer:
         if resume_state:
             self._restore(model, resume_state)
 
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, self._on_stop_signal)
         self.model = strategy.wrap_model(model)
         strategy.broadcast_initial_state(self.model, self.optimizer)
         self.precision.refresh_masters(model)
@@ -106,7 +120,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
-        set_position(self.scheduler, self.epoch * self.steps_per_epoch)
+        self.resume_epoch_step = state.get("epoch_step", 0)
+        set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         self.best_top1 = state.get("best_top1", 0.0)
         rng = state.get("rng", [])
         if len(rng) == self.strategy.world_size:
@@ -167,13 +182,14 @@ class Trainer:
     def train_one_epoch(self) -> None:
         cfg, strategy, precision = self.cfg, self.strategy, self.precision
         self.model.train()
-        self.train_loader.set_epoch(self.epoch)
+        start, self.resume_epoch_step = self.resume_epoch_step, 0
+        self.train_loader.set_epoch(self.epoch, start_batch=start * cfg.grad_accum)
         interval = SumMeter(("loss", "correct1", "correct5"), self.device)
         epoch_sums: Dict[str, float] = {}
         batches = iter(self.train_loader)
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
-        last_logged = 0
-        for epoch_step in range(self.steps_per_epoch):
+        last_logged = start
+        for epoch_step in range(start, self.steps_per_epoch):
             for micro in range(cfg.grad_accum):
                 t = time.perf_counter()
                 images, targets = next(batches)
@@ -200,6 +216,12 @@ class Trainer:
                     epoch_sums[k] = epoch_sums.get(k, 0.0) + v
                 self._log_interval(sums, done - last_logged, watch.lap(), data_time, done)
                 last_logged, data_time = done, 0.0
+                if self._stop_requested_anywhere():  # collective, at the same step everywhere
+                    self.save_checkpoint(False, epoch_step=done)
+                    raise Preempted(self.stop_signal)
+            if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
+                    and done < self.steps_per_epoch):
+                self.save_checkpoint(False, epoch_step=done)
         epoch_time = time.perf_counter() - epoch_start
         stats = summarize(epoch_sums)
         img_s = stats["count"] / epoch_time
@@ -259,15 +281,28 @@ class Trainer:
         count = torch.tensor([float(loader.skipped)], dtype=torch.float64, device=self.device)
         return int(self.strategy.all_reduce_sum(count).item())
 
-    def save_checkpoint(self, is_best: bool) -> None:
+    def _on_stop_signal(self, signum, frame) -> None:
+        # Only a flag: the step in flight finishes, then every rank stops at the same step.
+        self.stop_signal = signal.Signals(signum).name
+        print(f"=> rank {self.strategy.rank}: {self.stop_signal} received; checkpointing at "
+              "the next print interval", flush=True)
+
+    def _stop_requested_anywhere(self) -> bool:
+        flag = torch.tensor([1.0 if self.stop_signal else 0.0], dtype=torch.float64,
+                            device=self.device)
+        return self.strategy.all_reduce_sum(flag).item() > 0
+
+    def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None) -> None:
+        """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
         # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
         rng = self.strategy.gather_objects(checkpoint.rng_state())
         if not self.strategy.is_main():
             return
         start = time.perf_counter()
         state = {
-            "arch": self.cfg.arch, "num_classes": self.num_classes, "epoch": self.epoch + 1,
-            "step": self.step, "best_top1": self.best_top1,
+            "arch": self.cfg.arch, "num_classes": self.num_classes,
+            "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
+            "epoch_step": epoch_step or 0, "step": self.step, "best_top1": self.best_top1,
             "model": self.precision.model_state_dict(self.strategy.unwrap(self.model)),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
@@ -295,6 +330,14 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
         if trainer is not None:
             trainer.close()
         exit_on_usage_error(err)
+    except Preempted as stop:
+        trainer.log.write("end", epoch=trainer.epoch, step=trainer.step,
+                          best_top1=trainer.best_top1, reason=f"preempted by {stop}")
+        trainer.log.print(f"=> {stop}: checkpoint written; exiting with status "
+                          f"{PREEMPTED_EXIT_CODE} so the job can be requeued "
+                          "(continue with --resume auto)")
+        trainer.close()
+        sys.exit(PREEMPTED_EXIT_CODE)
     except BaseException:
         if trainer is not None:
             trainer.log.close()  # flush TensorBoard and JSONL; peers learn of it by timeout
