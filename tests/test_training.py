@@ -259,3 +259,17 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     resumed_train = [r for r in log[second_start:] if r["kind"] == "train"]
     assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
     assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost
+
+
+def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_path):
+    common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path,
+                     "--run-name", "job"]
+    run_script("nd.py", common + ["--epochs", "2", tiny_imagefolder])
+    latest = tmp_path / "job/checkpoint.pth"
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated newest checkpoint
+    proc = run_script("nd.py", common + ["--epochs", "3", "--resume", "auto", tiny_imagefolder])
+    assert f"{latest} is not a readable checkpoint" in proc.stdout
+    assert "checkpoint.prev.pth at epoch 1" in proc.stdout
+    log = read_jsonl(tmp_path / "job")
+    second_start = max(i for i, r in enumerate(log) if r["kind"] == "run")
+    assert [r["epoch"] for r in log[second_start:] if r["kind"] == "train_epoch"] == [1, 2]

@@ -274,3 +274,50 @@ def test_sampler_start_skips_this_ranks_first_samples():
     sampler = ShardedSampler(40, 1, 2, shuffle=True, seed=3)
     sampler.set_epoch(0, start=8)
     assert list(sampler) == full[8:] and len(sampler) == 12
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+def _state(epoch):
+    return {"model": {"w": torch.full((3,), float(epoch))}, "optimizer": {}, "epoch": epoch,
+            "arch": "resnet18"}
+
+
+def test_checkpoint_keeps_the_previous_one(tmp_path):
+    from recipe import checkpoint
+
+    checkpoint.save(_state(1), tmp_path, is_best=True)
+    checkpoint.save(_state(2), tmp_path, is_best=False)
+    assert checkpoint.load(tmp_path / checkpoint.LATEST)["epoch"] == 2
+    assert checkpoint.load(tmp_path / checkpoint.PREVIOUS)["epoch"] == 1
+    assert checkpoint.load(tmp_path / checkpoint.BEST)["epoch"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [checkpoint.LATEST, checkpoint.PREVIOUS, checkpoint.BEST])  # no temp files left
+
+
+def test_full_disk_during_a_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    from recipe import checkpoint
+
+    checkpoint.save(_state(1), tmp_path, is_best=False)
+
+    def disk_full(state, path):
+        path.write_bytes(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc] No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
+    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left"):
+        checkpoint.save(_state(2), tmp_path, is_best=False)
+    monkeypatch.undo()
+    assert checkpoint.load(tmp_path / checkpoint.LATEST)["epoch"] == 1
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys):
+    from recipe import checkpoint
+
+    checkpoint.save(_state(1), tmp_path, is_best=False)
+    checkpoint.save(_state(2), tmp_path, is_best=False)
+    latest = tmp_path / checkpoint.LATEST
+    latest.write_bytes(latest.read_bytes()[:100])  # truncated, e.g. by a crash of the disk
+    state = checkpoint.load_newest_valid(tmp_path)
+    assert state["epoch"] == 1 and state["path"] == tmp_path / checkpoint.PREVIOUS
+    assert str(latest) in capsys.readouterr().out

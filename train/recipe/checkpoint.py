@@ -17,6 +17,7 @@ import torch
 from .config import UsageError
 
 LATEST = "checkpoint.pth"
+PREVIOUS = "checkpoint.prev.pth"  # the one before LATEST, kept in case LATEST is damaged
 BEST = "model_best.pth"
 REQUIRED_KEYS = ("model", "optimizer", "epoch", "arch")
 
@@ -40,11 +41,23 @@ def _atomic(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+class CheckpointWriteError(Exception):
+    """The new checkpoint could not be written (e.g. a full disk); the previous one is intact."""
+
+
 def save(state: Dict[str, Any], run_dir: Path, is_best: bool) -> Path:
+    """Write LATEST, keeping the previous LATEST as PREVIOUS. At every instant at least one
+    complete checkpoint is on disk under one of the two names."""
     path = run_dir / LATEST
-    _atomic(path, lambda tmp: torch.save(state, tmp))
-    if is_best:
-        _atomic(run_dir / BEST, lambda tmp: shutil.copyfile(path, tmp))
+    try:
+        if path.is_file():  # a hard link costs no space and is replaced atomically
+            _atomic(run_dir / PREVIOUS, lambda tmp: os.link(path, tmp))
+        _atomic(path, lambda tmp: torch.save(state, tmp))
+        if is_best:
+            _atomic(run_dir / BEST, lambda tmp: shutil.copyfile(path, tmp))
+    except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
+        raise CheckpointWriteError(f"could not write a checkpoint in {run_dir} ({err}); the "
+                                   f"previous one, if any, is intact") from None
     return path
 
 
@@ -62,10 +75,31 @@ def load(path: Path) -> Dict[str, Any]:
     return state
 
 
-def find_latest(logdir: Path, run_name_prefix: str) -> Optional[Path]:
-    """Newest checkpoint of a run dir under `logdir` whose name starts with the prefix."""
-    candidates = [p / LATEST for p in logdir.glob(run_name_prefix + "*") if (p / LATEST).is_file()]
-    return max(candidates, key=lambda p: p.stat().st_mtime, default=None)
+def load_newest_valid(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """LATEST, or PREVIOUS if LATEST is missing or damaged (reported by path); None if neither."""
+    for name in (LATEST, PREVIOUS):
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        try:
+            state = load(path)
+        except UsageError as err:
+            print(f"warning: {err}; trying the previous checkpoint", flush=True)
+            continue
+        state["path"] = path
+        return state
+    return None
+
+
+def find_latest_run(logdir: Path, run_name_prefix: str) -> Optional[Path]:
+    """Run dir under `logdir` whose name starts with the prefix and whose checkpoint is newest."""
+    candidates = [p for p in logdir.glob(run_name_prefix + "*")
+                  if (p / LATEST).is_file() or (p / PREVIOUS).is_file()]
+
+    def newest(run_dir: Path) -> float:
+        return max(f.stat().st_mtime for f in (run_dir / LATEST, run_dir / PREVIOUS) if f.is_file())
+
+    return max(candidates, key=newest, default=None)
 
 
 # --- RNG state, as weights_only-loadable values --------------------------------------------------

@@ -91,26 +91,28 @@ class Trainer:
         cfg = self.cfg
         if not cfg.resume:
             return None
-        path = Path(cfg.resume)
         if cfg.resume == "auto":
             if cfg.run_name:  # that run only: never continue some other experiment
-                path = Path(cfg.logdir) / cfg.run_name / checkpoint.LATEST
-                path = path if path.is_file() else None
+                run_dir = Path(cfg.logdir) / cfg.run_name
             else:
-                path = checkpoint.find_latest(Path(cfg.logdir), self._run_prefix())
-            # every rank must resume from the same file, whatever its clock or listing says
-            path = self.strategy.broadcast_object(path)
-            if path is None:
+                run_dir = checkpoint.find_latest_run(Path(cfg.logdir), self._run_prefix())
+            # every rank must resume from the same run, whatever its clock or listing says
+            run_dir = self.strategy.broadcast_object(run_dir)
+            state = checkpoint.load_newest_valid(run_dir) if run_dir else None
+            if state is None:
                 if self.strategy.is_main():
                     print(f"note: --resume auto found no checkpoint under {cfg.logdir}; "
                           "starting from scratch")
                 return None
-        state = checkpoint.load(path)
+            path = state["path"]
+        else:
+            path = Path(cfg.resume)
+            state = checkpoint.load(path)
+            state["path"] = path
         if state["arch"] != cfg.arch or state.get("num_classes", num_classes) != num_classes:
             raise UsageError(f"--resume {path} holds {state['arch']} with "
                              f"{state.get('num_classes')} classes, but this run is {cfg.arch} "
                              f"with {num_classes}: pass the matching -a/--arch and data")
-        state["path"] = path
         return state
 
     def _restore(self, model: nn.Module, state: dict) -> None:
@@ -330,6 +332,10 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
         if trainer is not None:
             trainer.close()
         exit_on_usage_error(err)
+    except checkpoint.CheckpointWriteError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        trainer.close()
+        sys.exit(1)
     except Preempted as stop:
         trainer.log.write("end", epoch=trainer.epoch, step=trainer.step,
                           best_top1=trainer.best_top1, reason=f"preempted by {stop}")
