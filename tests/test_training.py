@@ -273,3 +273,6 @@ def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_
     log = read_jsonl(tmp_path / "job")
     second_start = max(i for i, r in enumerate(log) if r["kind"] == "run")
     assert [r["epoch"] for r in log[second_start:] if r["kind"] == "train_epoch"] == [1, 2]
+    # the damaged file was set aside, so it never replaced the good previous checkpoint
+    assert (tmp_path / "job/checkpoint.damaged.pth").stat().st_size == 1000
+    assert torch.load(tmp_path / "job/checkpoint.prev.pth", weights_only=True)["epoch"] == 2

@@ -19,6 +19,7 @@ from .config import UsageError
 LATEST = "checkpoint.pth"
 PREVIOUS = "checkpoint.prev.pth"  # the one before LATEST, kept in case LATEST is damaged
 BEST = "model_best.pth"
+DAMAGED = "checkpoint.damaged.pth"
 REQUIRED_KEYS = ("model", "optimizer", "epoch", "arch")
 
 
@@ -89,6 +90,13 @@ def load_newest_valid(run_dir: Path) -> Optional[Dict[str, Any]]:
         state["path"] = path
         return state
     return None
+
+
+def set_aside_damaged(run_dir: Path) -> None:
+    """Rename a damaged LATEST out of the way, so the next save cannot link it over the good
+    PREVIOUS. Called by the main rank only, after a fallback to PREVIOUS."""
+    if (run_dir / LATEST).is_file():
+        os.replace(run_dir / LATEST, run_dir / DAMAGED)
 
 
 def find_latest_run(logdir: Path, run_name_prefix: str) -> Optional[Path]:

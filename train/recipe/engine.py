@@ -105,6 +105,8 @@ class Trainer:
                           "starting from scratch")
                 return None
             path = state["path"]
+            if path.name == checkpoint.PREVIOUS and self.strategy.is_main():
+                checkpoint.set_aside_damaged(run_dir)
         else:
             path = Path(cfg.resume)
             state = checkpoint.load(path)
