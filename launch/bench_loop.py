@@ -115,8 +115,8 @@ class ReplayLoader:
         self.num_samples = length * len(batches[0][1])
         self.skipped = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        pass
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        pass  # the same batches every epoch; the benchmark never resumes mid-epoch
 
     def __len__(self) -> int:
         return self.length
