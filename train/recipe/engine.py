@@ -280,10 +280,14 @@ class Trainer:
                        f"({stats['count']} images, {seconds:.1f}s)")
         return stats
 
+    def _sum_over_ranks(self, value: float) -> float:
+        """One number summed over all ranks (collective: every rank must call it)."""
+        box = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
+        return self.strategy.all_reduce_sum(box).item()
+
     def _skipped(self, loader) -> int:
         """Unreadable files met by all ranks in the loader's last pass (collective)."""
-        count = torch.tensor([float(loader.skipped)], dtype=torch.float64, device=self.device)
-        return int(self.strategy.all_reduce_sum(count).item())
+        return int(self._sum_over_ranks(loader.skipped))
 
     def _on_stop_signal(self, signum, frame) -> None:
         # Only a flag: the step in flight finishes, then every rank stops at the same step.
@@ -292,9 +296,7 @@ class Trainer:
               "the next print interval", flush=True)
 
     def _stop_requested_anywhere(self) -> bool:
-        flag = torch.tensor([1.0 if self.stop_signal else 0.0], dtype=torch.float64,
-                            device=self.device)
-        return self.strategy.all_reduce_sum(flag).item() > 0
+        return self._sum_over_ranks(1.0 if self.stop_signal else 0.0) > 0
 
     def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None) -> None:
         """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
