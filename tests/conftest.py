@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Sequence
 
 import pytest
 
@@ -52,16 +52,31 @@ def _env() -> dict:
     return env
 
 
-def run_script(script: str, args: List[str], nproc: int = 0, timeout: int = 600,
-               check: bool = True) -> subprocess.CompletedProcess:
-    """Run train/<script> with plain python (nproc=0) or torchrun --nproc_per_node=nproc."""
+def script_command(script: str, args: List, nproc: int = 0,
+                   torchrun_args: Sequence[str] = ()) -> List[str]:
+    """train/<script> with plain python (nproc=0) or torchrun --nproc_per_node=nproc."""
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", str(TRAIN / script)]
+               f"--nproc_per_node={nproc}", *torchrun_args, str(TRAIN / script)]
     else:
         cmd = [sys.executable, str(TRAIN / script)]
-    proc = subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, env=_env(), cwd=REPO)
+    return cmd + [str(a) for a in args]
+
+
+def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequence[str] = (),
+                 env: Optional[dict] = None) -> subprocess.Popen:
+    """Start a run in the background, stdout and stderr merged into one text pipe."""
+    return subprocess.Popen(script_command(script, args, nproc, torchrun_args),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**_env(), **(env or {})}, cwd=REPO)
+
+
+def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """Run train/<script> to the end (see script_command)."""
+    cmd = script_command(script, args, nproc)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
+                          cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

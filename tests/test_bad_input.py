@@ -43,6 +43,18 @@ def test_val_classes_differ(tiny_imagefolder, tmp_path):
     _expect_usage_error(TINY + [data], "class folders differ", tmp_path)
 
 
+def test_empty_class_folder(tiny_imagefolder, tmp_path):
+    """A class folder without images (an interrupted copy, say) is refused before training,
+    naming the folder."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    empty = sorted((data / "train").iterdir())[1]
+    for image in empty.iterdir():
+        image.unlink()
+    _expect_usage_error(TINY + [data], empty.name, tmp_path)
+
+
 def test_unknown_arch(tiny_imagefolder, tmp_path):
     _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
 

@@ -130,8 +130,9 @@ class TrainConfig:
     checkpoint_every: int = field(default=0, metadata=opt(
         "--checkpoint-every", help="also checkpoint every N optimizer steps inside an epoch "
                                    "(0: only at the end of each epoch)"))
-    dist_timeout: float = field(default=1800.0, metadata=opt(
-        "--dist-timeout", help="seconds a collective may wait for a peer before failing"))
+    dist_timeout: float = field(default=600.0, metadata=opt(
+        "--dist-timeout", help="seconds a collective (or the process-group start) may wait for "
+                               "a peer before the run fails with an error naming the cause"))
     deterministic: bool = field(default=False, metadata=opt(
         "--deterministic", help="use deterministic algorithms (slower on GPU)"))
 

@@ -15,8 +15,11 @@ resumed runs) see the same crops.
 """
 from __future__ import annotations
 
+import atexit
 import math
+import multiprocessing
 import os
+import signal
 import warnings
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
@@ -157,6 +160,14 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def close(self) -> None:
+        """Stop the persistent worker processes now rather than at interpreter exit."""
+        # DataLoader has no public close; its worker iterator shuts down cleanly on request.
+        workers = getattr(self.loader, "_iterator", None)
+        if workers is not None and hasattr(workers, "_shutdown_workers"):
+            workers._shutdown_workers()
+            self.loader._iterator = None
+
     def __iter__(self):
         self.skipped = 0
         for images, targets, skipped in self.loader:
@@ -167,6 +178,34 @@ class DeviceLoader:
             targets = targets.to(self.device, non_blocking=True)
             images = (images.float() - self.mean) * self.inv_std
             yield images.contiguous(memory_format=self.memory_format), targets
+
+
+class StopSignalShield:
+    """Keeps DataLoader workers alive through a preemption signal meant for the trainer.
+
+    torchrun and SLURM deliver SIGTERM / SIGUSR1 to every process of the job, loader workers
+    included; a worker killed by it makes the training process fail before it can write its
+    preemption checkpoint. So workers ignore SIGUSR1, and ignore SIGTERM until their parent
+    starts exiting: multiprocessing stops daemonic workers at exit with SIGTERM, which must
+    still work. (Workers also end on their own when their parent dies.)
+    """
+
+    def __init__(self):
+        self.parent_exiting = multiprocessing.Value("b", 0, lock=False)  # inherited by workers
+        # Registered after multiprocessing's own exit hook, so it runs before it.
+        atexit.register(self._mark_exiting)
+
+    def _mark_exiting(self) -> None:
+        self.parent_exiting.value = 1
+
+    def worker_init(self, worker_id: int) -> None:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if self.parent_exiting.value:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def default_workers(local_world_size: int) -> int:
@@ -199,13 +238,14 @@ def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     workers = cfg.workers if cfg.workers >= 0 else default_workers(local_world)
     seed = cfg.seed or 0
+    shield = StopSignalShield()
 
     def make(dataset, shuffle: bool, drop_last: bool) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), rank, world, shuffle=shuffle, seed=seed)
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_uint8,
                             pin_memory=device.type == "cuda", drop_last=drop_last,
-                            persistent_workers=workers > 0)
+                            persistent_workers=workers > 0, worker_init_fn=shield.worker_init)
         return DeviceLoader(loader, sampler, device, cfg.channels_last)
 
     # Training drops the last partial batch so every step has the same size on every rank.
@@ -229,6 +269,9 @@ class SyntheticLoader:
 
     def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
         self.start = start_batch
+
+    def close(self) -> None:
+        pass
 
     def __len__(self) -> int:
         full, rest = divmod(self.num_samples, self.batch_size)

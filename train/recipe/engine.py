@@ -318,9 +318,15 @@ class Trainer:
         self.log.write("checkpoint", epoch=self.epoch, step=self.step, path=str(path),
                        best=is_best, seconds=time.perf_counter() - start)
 
-    def close(self) -> None:
+    def close(self, teardown: bool = True) -> None:
+        """Flush the logs and stop loader workers; `teardown=False` after a peer failure,
+        where leaving the process group would wait on the peer that is gone."""
+        for loader in (getattr(self, "train_loader", None), getattr(self, "val_loader", None)):
+            if loader is not None:
+                loader.close()
         self.log.close()
-        self.strategy.teardown()
+        if teardown:
+            self.strategy.teardown()
 
 
 def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = None,
@@ -348,8 +354,16 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
                           "(continue with --resume auto)")
         trainer.close()
         sys.exit(PREEMPTED_EXIT_CODE)
-    except BaseException:
+    except Exception as err:
+        explanation = strategy.explain_failure(err)
         if trainer is not None:
-            trainer.log.close()  # flush TensorBoard and JSONL; peers learn of it by timeout
+            trainer.close(teardown=False)  # peers learn of it by their own timeout
+        if explanation is None:
+            raise
+        print(f"error: {explanation}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except BaseException:  # KeyboardInterrupt, SystemExit
+        if trainer is not None:
+            trainer.close(teardown=False)
         raise
     trainer.close()

@@ -105,6 +105,10 @@ class Strategy:
         return {"strategy": self.name, "world_size": self.world_size,
                 "devices_per_process": self.num_devices, "backend": None}
 
+    def explain_failure(self, err: BaseException) -> Optional[str]:
+        """A one-paragraph explanation if `err` means a peer process died or hung, else None."""
+        return None
+
     def teardown(self) -> None:
         pass
 
@@ -136,10 +140,28 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
+# What gloo and NCCL errors say when the other end of a collective is gone or silent.
+_PEER_FAILURE_SIGNS = ("connection reset by peer", "connection closed by peer", "broken pipe",
+                       "timed out", "timeout", "nccl communicator was aborted")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _store_for_this_attempt(rank: int, world_size: int,
+                            timeout: datetime.timedelta) -> dist.Store:
+    """The env:// rendezvous store, with keys private to this torchrun restart attempt.
+
+    After `torchrun --max-restarts` restarts a group, the new workers share the agent's store
+    with the dead ones, whose connection addresses are still in it: a new rank that reads them
+    before its peers overwrite them connects to a dead port and fails (seen with torch 2.15 and
+    gloo, about one restart in three). A prefix per attempt keeps the rounds apart."""
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"recipe_attempt_{attempt}", store)
 
 
 class DDPStrategy(Strategy):
@@ -159,11 +181,13 @@ class DDPStrategy(Strategy):
         self.device = pick_device(cfg.device, self.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        self.timeout = cfg.dist_timeout
         # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend.
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
+        timeout = datetime.timedelta(seconds=cfg.dist_timeout)
         dist.init_process_group(
-            backend=self.backend, rank=self.rank, world_size=self.world_size,
-            timeout=datetime.timedelta(seconds=cfg.dist_timeout),
+            backend=self.backend, rank=self.rank, world_size=self.world_size, timeout=timeout,
+            store=_store_for_this_attempt(self.rank, self.world_size, timeout),
             device_id=self.device if self.backend == "nccl" else None)
         return self.device
 
@@ -215,6 +239,19 @@ class DDPStrategy(Strategy):
 
     def describe(self) -> dict:
         return {**super().describe(), "backend": self.backend}
+
+    def explain_failure(self, err: BaseException) -> Optional[str]:
+        text = str(err).strip()
+        if not (isinstance(err, dist.DistError) or (
+                isinstance(err, RuntimeError)
+                and any(sign in text.lower() for sign in _PEER_FAILURE_SIGNS))):
+            return None
+        first_line = text.splitlines()[0] if text else type(err).__name__
+        return (f"rank {self.rank} of {self.world_size}: communication with the other ranks "
+                f"failed ({first_line}). Another process died, hung or never started; a silent "
+                f"peer is waited for at most --dist-timeout {self.timeout:g} s. The first error "
+                "in the other ranks' output is the cause. Continue with --resume auto "
+                "(torchrun --max-restarts=K does that automatically).")
 
     def teardown(self) -> None:
         if dist.is_initialized():

@@ -1,0 +1,314 @@
+"""Fault tolerance on CPU with the real scripts: crashes, preemption, dead and hung peers,
+damaged checkpoints and damaged data. Runs are killed and signalled for real."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import socket
+import time
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import TINY, read_jsonl, records, run_script, start_script
+
+
+def _weights(path):
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def _assert_same_weights(a, b):
+    a, b = _weights(a), _weights(b)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def _read_until(proc, prefix: str) -> str:
+    """Consume the run's output up to the first line starting with `prefix`."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith(prefix):
+            return "".join(seen)
+    proc.wait()
+    raise AssertionError(f"the run ended before printing {prefix!r}:\n{''.join(seen)[-3000:]}")
+
+
+def _runs_after(log, start: int):
+    """Records of the `start`-th process start (0 = first) of a run dir's log."""
+    starts = [i for i, r in enumerate(log) if r["kind"] == "run"] + [len(log)]
+    return log[starts[start]:starts[start + 1]]
+
+
+# --- crashes and preemption under torchrun -------------------------------------------------------
+DDP_RUN = TINY + ["-b", "4", "--epochs", "2", "--lr-steps", "1", "--checkpoint-every", "3",
+                  "--seed", "5"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_ddp(tiny_imagefolder, tmp_path_factory):
+    """The 2-rank run the interrupted ones must reproduce bit for bit (2 epochs x 8 steps)."""
+    logdir = tmp_path_factory.mktemp("uninterrupted")
+    run_script("ddp.py", DDP_RUN + ["--logdir", logdir, "--run-name", "ref", tiny_imagefolder],
+               nproc=2)
+    return logdir / "ref/checkpoint.pth"
+
+
+def _rank_pid(torchrun_pid: int, rank: int) -> int:
+    """The pid of one rank among torchrun's children (each worker's environment names it)."""
+    children = open(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children").read().split()
+    for pid in children:
+        if f"RANK={rank}".encode() in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+            return int(pid)
+    raise AssertionError(f"no rank {rank} among torchrun's children {children}")
+
+
+def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, tmp_path,
+                                                             uninterrupted_ddp):
+    """kill -9 of rank 1 mid-epoch: the surviving rank fails fast with a clear message, torchrun
+    restarts the group, --resume auto continues from the newest checkpoint, at most one
+    --checkpoint-every interval is repeated, and the final weights equal an uninterrupted
+    run's, bit for bit."""
+    proc = start_script("ddp.py", DDP_RUN + ["--resume", "auto", "--logdir", tmp_path,
+                                             "--run-name", "job", tiny_imagefolder],
+                        nproc=2, torchrun_args=["--max-restarts=1"])
+    _read_until(proc, "Epoch [1][5/")  # 13 steps done; checkpoints were taken at 9 and 12
+    os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+    killed_at = time.monotonic()
+    output = _read_until(proc, "=> resumed from")
+    restart_seconds = time.monotonic() - killed_at
+    output += proc.stdout.read()
+    assert proc.wait(timeout=300) == 0, output
+    assert "rank 0 of 2: communication with the other ranks failed" in output
+    assert restart_seconds < 60, restart_seconds
+
+    log = read_jsonl(tmp_path / "job")
+    first, second = _runs_after(log, 0), _runs_after(log, 1)
+    assert first[0]["resumed_from"] is None
+    assert second[0]["resumed_from"].endswith("job/checkpoint.pth")
+    last_done = max(r["step"] for r in first if r["kind"] == "train")
+    resumed_step = second[1]["step"] - 1  # first train record after the restart
+    assert 0 <= last_done - resumed_step <= 3  # at most one --checkpoint-every interval redone
+    assert [r["epoch"] for r in second if r["kind"] == "train_epoch"] == [1]
+    assert records(tmp_path / "job", "end")[-1]["reason"] == "finished"
+    _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
+
+
+def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder, tmp_path,
+                                                               uninterrupted_ddp):
+    """SIGTERM to torchrun (what `scancel` or a job scheduler does): torchrun passes it to the
+    ranks' process groups; the loader workers survive it, every rank stops at the same step,
+    rank 0 writes a mid-epoch checkpoint and the ranks exit 75, well inside torchrun's 30 s
+    grace period. Resuming reproduces the uninterrupted run exactly."""
+    common = DDP_RUN + ["--logdir", tmp_path, "--run-name", "job"]
+    proc = start_script("ddp.py", common + [tiny_imagefolder], nproc=2)
+    _read_until(proc, "Epoch [0][2/")
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    output = proc.stdout.read()
+    proc.wait(timeout=120)
+    assert time.monotonic() - signalled < 25, output  # no SIGKILL after the grace period
+    assert "exiting with status 75" in output, output
+    assert "DataLoader worker" not in output  # workers were not killed by the signal
+    cut = torch.load(tmp_path / "job/checkpoint.pth", weights_only=True)
+    assert cut["epoch"] == 0 and 2 <= cut["epoch_step"] < 8
+    assert records(tmp_path / "job", "end")[-1]["reason"] == "preempted by SIGTERM"
+
+    run_script("ddp.py", common + ["--resume", "auto", tiny_imagefolder], nproc=2)
+    _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
+
+
+def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path):
+    """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
+    mid-epoch checkpoint and exit 75; --resume auto then ends with the same weights, bit for bit,
+    as a run that was never interrupted (also taking --checkpoint-every checkpoints)."""
+    common = TINY + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--logdir", tmp_path,
+                     "--seed", "4"]
+    run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
+                                  tiny_imagefolder])
+    proc = start_script("nd.py", common + ["--run-name", "cut", tiny_imagefolder])
+    _read_until(proc, "Epoch [0][2/")  # signal as soon as epoch 0 has made progress
+    proc.send_signal(signal.SIGUSR1)
+    output = proc.stdout.read()
+    assert proc.wait(timeout=120) == 75, output
+    cut = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
+    assert cut["epoch"] == 0 and 2 <= cut["epoch_step"] < 8  # stopped inside epoch 0
+    assert "preempted by SIGUSR1" in records(tmp_path / "cut", "end")[0]["reason"]
+    run_script("nd.py", common + ["--run-name", "cut", "--resume", "auto", tiny_imagefolder])
+    _assert_same_weights(tmp_path / "straight/checkpoint.pth", tmp_path / "cut/checkpoint.pth")
+    # the resumed process started right after the checkpointed step, inside epoch 0
+    resumed_train = [r for r in _runs_after(read_jsonl(tmp_path / "cut"), 1)
+                     if r["kind"] == "train"]
+    assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
+    assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost
+
+
+# --- dead, hung and missing peers ----------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_ranks(ranks, world: int, args, tmp_path):
+    """Ranks of a DDP run started by hand (no torchrun, so nothing restarts or kills them)."""
+    port = str(_free_port())
+    return [start_script("ddp.py", args + ["--logdir", tmp_path, "--run-name", "job"],
+                         env={"RANK": str(rank), "WORLD_SIZE": str(world),
+                              "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                              "MASTER_PORT": port})
+            for rank in ranks]
+
+
+# A hung peer is detected by the collective timeout; a dead one at once, by its closed socket.
+@pytest.mark.parametrize("fault,timeout,at_least,at_most", [("SIGSTOP", 5, 5, 20),
+                                                            ("SIGKILL", 60, 0, 20)])
+def test_a_hung_or_dead_peer_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_path, fault,
+                                                          timeout, at_least, at_most):
+    """Rank 1 stops responding (SIGSTOP) or dies (SIGKILL) mid-epoch: rank 0 exits 1 with a
+    message naming the cause in bounded time, instead of waiting forever."""
+    args = TINY + ["-b", "4", "--epochs", "3", "--dist-timeout", timeout, tiny_imagefolder]
+    rank0, rank1 = _start_ranks([0, 1], 2, args, tmp_path)
+    try:
+        _read_until(rank0, "Epoch [0][3/")
+        rank1.send_signal(getattr(signal, fault))
+        faulted = time.monotonic()
+        output = rank0.stdout.read()
+        assert rank0.wait(timeout=120) == 1, output
+        detected = time.monotonic() - faulted
+    finally:
+        rank1.kill()
+        rank1.wait()
+    assert "error: rank 0 of 2: communication with the other ranks failed" in output
+    assert f"--dist-timeout {timeout} s" in output
+    assert at_least <= detected < at_most, detected
+
+
+def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_path):
+    (rank0,) = _start_ranks([0], 2, TINY + ["--dist-timeout", "3", tiny_imagefolder], tmp_path)
+    started = time.monotonic()
+    output = rank0.stdout.read()
+    assert rank0.wait(timeout=60) == 1, output
+    assert time.monotonic() - started < 30
+    assert "communication with the other ranks failed" in output
+    assert "1/2 clients joined" in output
+
+
+# --- damaged checkpoints -------------------------------------------------------------------------
+def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_path):
+    common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path,
+                     "--run-name", "job"]
+    run_script("nd.py", common + ["--epochs", "2", tiny_imagefolder])
+    latest = tmp_path / "job/checkpoint.pth"
+    latest.write_bytes(latest.read_bytes()[:1000])  # truncated newest checkpoint
+    proc = run_script("nd.py", common + ["--epochs", "3", "--resume", "auto", tiny_imagefolder])
+    assert f"{latest} is not a readable checkpoint" in proc.stdout
+    assert "checkpoint.prev.pth at epoch 1" in proc.stdout
+    second = _runs_after(read_jsonl(tmp_path / "job"), 1)
+    assert [r["epoch"] for r in second if r["kind"] == "train_epoch"] == [1, 2]
+    # the damaged file was set aside, so it never replaced the good previous checkpoint
+    assert (tmp_path / "job/checkpoint.damaged.pth").stat().st_size == 1000
+    assert torch.load(tmp_path / "job/checkpoint.prev.pth", weights_only=True)["epoch"] == 2
+
+
+# --- damaged data --------------------------------------------------------------------------------
+def _jpeg(mode: str, color) -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, (60, 50), color).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (60, 50), (200, 30, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def add_damaged_files(class_dir) -> dict:
+    """One file of each kind ImageNet-style folders really contain, each sorted right after a
+    good image (so, in a folder of 6 or more images, the replacement search never meets two of
+    them in a row).
+    -> {name: decodable?}"""
+    good = sorted(p for p in class_dir.iterdir() if p.suffix == ".JPEG")
+    kinds = {
+        "cmyk": (_jpeg("CMYK", (0, 255, 255, 0)), True),
+        "gray": (_jpeg("L", 128), True),
+        "png_named_jpeg": (_png(), True),
+        "truncated": (good[0].read_bytes()[:300], False),
+        "zero_bytes": (b"", False),
+        "not_an_image": (b"<html>404 not found</html>", False),
+    }
+    made = {}
+    for i, (kind, (data, decodable)) in enumerate(kinds.items()):
+        neighbour = good[i % len(good)]
+        path = class_dir / f"{neighbour.stem}_{kind}.JPEG"
+        path.write_bytes(data)
+        made[path.name] = decodable
+    return made
+
+
+def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_path):
+    """CMYK and grayscale JPEGs and a PNG named .JPEG train; a truncated JPEG, a zero-byte file
+    and a non-image are skipped and counted over both ranks, and no rank waits for the other.
+    Validation counts each readable image exactly once."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    train_damaged = add_damaged_files(sorted((data / "train").iterdir())[1])
+    val_damaged = add_damaged_files(sorted((data / "val").iterdir())[2])
+    undecodable = sum(not ok for ok in train_damaged.values())
+    # 64 + 6 = 70 train files = 2 ranks x 5 steps x 7: each file is met once per epoch
+    run_script("ddp.py", TINY + ["-b", "7", "--epochs", "1", "--logdir", tmp_path,
+                                 "--run-name", "damaged", data], nproc=2)
+    epoch = records(tmp_path / "damaged", "train_epoch")[0]
+    assert epoch["count"] == 70 and epoch["skipped"] == undecodable
+    val = records(tmp_path / "damaged", "val")[0]
+    assert val["count"] == 20 + sum(val_damaged.values())
+    assert val["skipped"] == sum(not ok for ok in val_damaged.values())
+
+
+def test_decodable_odd_formats_become_rgb(tmp_path):
+    from recipe.data import read_image_uint8
+
+    made = add_damaged_files(_class_dir_with_images(tmp_path))
+    for name, decodable in made.items():
+        if decodable:
+            image = read_image_uint8(str(tmp_path / "c" / name))
+            assert image.dtype == torch.uint8 and image.shape == (3, 50, 60), name
+    cmyk = read_image_uint8(str(next((tmp_path / "c").glob("*_cmyk.JPEG"))))
+    # C=0 M=Y=100%: red, the colour PIL gives too (Adobe CMYK JPEGs are stored inverted)
+    assert cmyk[0].float().mean() > 200 and cmyk[1].float().mean() < 40
+
+
+def _class_dir_with_images(root):
+    class_dir = root / "c"
+    class_dir.mkdir()
+    for i in range(6):
+        (class_dir / f"img_{i}.JPEG").write_bytes(_jpeg("RGB", (i * 40, 90, 90)))
+    return class_dir
+
+
+def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
+    """A truncated JPEG and a text file named .JPEG do not stop (or hang) a 2-rank run. In
+    training each is replaced by the next readable sample (batches keep their size); in
+    validation it is dropped (no image counted twice). Both are counted over all ranks."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    first_class = sorted((data / "train").iterdir())[0]
+    good = sorted(first_class.iterdir())[0]
+    (first_class / "truncated.JPEG").write_bytes(good.read_bytes()[:300])
+    (first_class / "notes.JPEG").write_text("not an image")
+    (sorted((data / "val").iterdir())[0] / "empty.JPEG").write_bytes(b"")
+    # 66 files = 2 ranks x 3 steps x 11: every file is met exactly once, nothing is dropped
+    run_script("ddp.py", TINY + ["-b", "11", "--epochs", "1", "--logdir", tmp_path,
+                                 "--run-name", "skip", data], nproc=2)
+    epoch = records(tmp_path / "skip", "train_epoch")[0]
+    # notes.JPEG sorts right before truncated.JPEG, so the search for notes' replacement meets
+    # truncated too: 3 unreadable reads for 2 unreadable files
+    assert epoch["skipped"] == 3 and epoch["count"] == 66
+    assert [r["count"] for r in records(tmp_path / "skip", "train")] == [22, 22, 22]
+    val = records(tmp_path / "skip", "val")[0]
+    assert val["skipped"] == 1 and val["count"] == 20
