@@ -124,6 +124,9 @@ class ReplayLoader:
     def __iter__(self):
         return itertools.islice(itertools.cycle(self.batches), self.length)
 
+    def close(self) -> None:
+        pass
+
 
 # --- the two sides -------------------------------------------------------------------------------
 def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:

@@ -24,7 +24,7 @@ if [ ! -f "$venv/.complete" ]; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -r "$repo/requirements.txt"
-  "$venv/bin/python" -c "import torch, torchvision, tensorboard" # fail here, not mid-run
+  "$venv/bin/python" -c "import torch, torchvision, tensorboard, nvidia.dali" # fail here, not mid-run
   touch "$venv/.complete"
 fi
 

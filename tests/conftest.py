@@ -6,6 +6,7 @@ gloo), exactly as a user would, and reads back what they wrote (JSONL, checkpoin
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
@@ -89,3 +91,39 @@ def read_jsonl(run_dir: Path) -> List[dict]:
 
 def records(run_dir: Path, kind: str) -> List[dict]:
     return [r for r in read_jsonl(run_dir) if r["kind"] == kind]
+
+
+# --- damaged data, as real ImageNet-style folders contain it ---------------------------------
+def jpeg_bytes(mode: str, color) -> bytes:
+    buf = io.BytesIO()
+    Image.new(mode, (60, 50), color).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (60, 50), (200, 30, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def add_damaged_files(class_dir) -> dict:
+    """One file of each kind ImageNet-style folders really contain, each sorted right after a
+    good image (so, in a folder of 6 or more images, the replacement search never meets two of
+    them in a row).
+    -> {name: decodable?}"""
+    good = sorted(p for p in class_dir.iterdir() if p.suffix == ".JPEG")
+    kinds = {
+        "cmyk": (jpeg_bytes("CMYK", (0, 255, 255, 0)), True),
+        "gray": (jpeg_bytes("L", 128), True),
+        "png_named_jpeg": (_png(), True),
+        "truncated": (good[0].read_bytes()[:300], False),
+        "zero_bytes": (b"", False),
+        "not_an_image": (b"<html>404 not found</html>", False),
+    }
+    made = {}
+    for i, (kind, (data, decodable)) in enumerate(kinds.items()):
+        neighbour = good[i % len(good)]
+        path = class_dir / f"{neighbour.stem}_{kind}.JPEG"
+        path.write_bytes(data)
+        made[path.name] = decodable
+    return made

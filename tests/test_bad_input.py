@@ -55,6 +55,11 @@ def test_empty_class_folder(tiny_imagefolder, tmp_path):
     _expect_usage_error(TINY + [data], empty.name, tmp_path)
 
 
+def test_dali_gpu_without_a_gpu(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--data-backend", "dali-gpu", tiny_imagefolder],
+                        "use --data-backend dali-cpu", tmp_path)
+
+
 def test_unknown_arch(tiny_imagefolder, tmp_path):
     _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
 

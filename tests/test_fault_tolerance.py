@@ -2,7 +2,6 @@
 damaged checkpoints and damaged data. Runs are killed and signalled for real."""
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
@@ -11,9 +10,9 @@ import time
 
 import pytest
 import torch
-from PIL import Image
 
-from conftest import TINY, read_jsonl, records, run_script, start_script
+from conftest import (TINY, add_damaged_files, jpeg_bytes, read_jsonl, records,
+                      run_script, start_script)
 
 
 def _weights(path):
@@ -216,41 +215,6 @@ def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_
 
 
 # --- damaged data --------------------------------------------------------------------------------
-def _jpeg(mode: str, color) -> bytes:
-    buf = io.BytesIO()
-    Image.new(mode, (60, 50), color).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
-
-
-def _png() -> bytes:
-    buf = io.BytesIO()
-    Image.new("RGB", (60, 50), (200, 30, 30)).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def add_damaged_files(class_dir) -> dict:
-    """One file of each kind ImageNet-style folders really contain, each sorted right after a
-    good image (so, in a folder of 6 or more images, the replacement search never meets two of
-    them in a row).
-    -> {name: decodable?}"""
-    good = sorted(p for p in class_dir.iterdir() if p.suffix == ".JPEG")
-    kinds = {
-        "cmyk": (_jpeg("CMYK", (0, 255, 255, 0)), True),
-        "gray": (_jpeg("L", 128), True),
-        "png_named_jpeg": (_png(), True),
-        "truncated": (good[0].read_bytes()[:300], False),
-        "zero_bytes": (b"", False),
-        "not_an_image": (b"<html>404 not found</html>", False),
-    }
-    made = {}
-    for i, (kind, (data, decodable)) in enumerate(kinds.items()):
-        neighbour = good[i % len(good)]
-        path = class_dir / f"{neighbour.stem}_{kind}.JPEG"
-        path.write_bytes(data)
-        made[path.name] = decodable
-    return made
-
-
 def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_path):
     """CMYK and grayscale JPEGs and a PNG named .JPEG train; a truncated JPEG, a zero-byte file
     and a non-image are skipped and counted over both ranks, and no rank waits for the other.
@@ -287,7 +251,7 @@ def _class_dir_with_images(root):
     class_dir = root / "c"
     class_dir.mkdir()
     for i in range(6):
-        (class_dir / f"img_{i}.JPEG").write_bytes(_jpeg("RGB", (i * 40, 90, 90)))
+        (class_dir / f"img_{i}.JPEG").write_bytes(jpeg_bytes("RGB", (i * 40, 90, 90)))
     return class_dir
 
 

@@ -140,16 +140,29 @@ def val_transform(image_size: int):
                        v2.CenterCrop(image_size)])
 
 
+class UInt8Normalizer:
+    """uint8 NCHW batch -> normalised float32 on the device, in the requested memory format.
+
+    Shared by every backend that hands over uint8 images, so they all meet the same contract."""
+
+    def __init__(self, device: torch.device, channels_last: bool):
+        shape = (1, 3, 1, 1)
+        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(shape) * 255
+        self.inv_std = 1.0 / (torch.tensor(IMAGENET_STD, device=device).view(shape) * 255)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        images = (images.float() - self.mean) * self.inv_std
+        return images.contiguous(memory_format=self.memory_format)
+
+
 class DeviceLoader:
     """Wraps a uint8 DataLoader: moves batches to the device and normalises them there."""
 
     def __init__(self, loader: DataLoader, sampler: ShardedSampler, device: torch.device,
                  channels_last: bool):
         self.loader, self.sampler, self.device = loader, sampler, device
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        shape = (1, 3, 1, 1)
-        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(shape) * 255
-        self.inv_std = 1.0 / (torch.tensor(IMAGENET_STD, device=device).view(shape) * 255)
+        self.normalize = UInt8Normalizer(device, channels_last)
         self.num_samples = len(sampler)  # this rank's share of the dataset
         self.skipped = 0  # unreadable files met in the current pass (this rank)
 
@@ -176,8 +189,7 @@ class DeviceLoader:
                 continue
             images = images.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
-            images = (images.float() - self.mean) * self.inv_std
-            yield images.contiguous(memory_format=self.memory_format), targets
+            yield self.normalize(images), targets
 
 
 class StopSignalShield:
@@ -208,9 +220,14 @@ class StopSignalShield:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def default_workers(local_world_size: int) -> int:
+def cores_per_process(local_world: int) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(8, cores // max(local_world_size, 1) - 1))
+    return max(1, cores // max(local_world, 1))
+
+
+def default_workers(local_world: int) -> int:
+    """Loader processes per rank: the rank's share of the cores, one left for the rank itself."""
+    return max(1, min(8, cores_per_process(local_world) - 1))
 
 
 def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolderUint8:
@@ -224,7 +241,9 @@ def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolde
                          "(e.g. make one with: python data/make_synthetic.py DIR)") from None
 
 
-def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
+def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]:
+    """The train/ and val/ ImageFolders of --data, checked: both exist, no class folder is
+    empty, and both have the same classes (so label i means the same class in both)."""
     root = Path(cfg.data)
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
@@ -233,10 +252,17 @@ def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
     if val_set.classes != train_set.classes:
         missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]
         raise UsageError(f"{root}: val/ and train/ class folders differ (e.g. {missing})")
+    return train_set, val_set
 
+
+def local_world_size() -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+
+
+def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
+    train_set, val_set = image_folders(cfg)
     rank, world = strategy.shard()
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    workers = cfg.workers if cfg.workers >= 0 else default_workers(local_world)
+    workers = cfg.workers if cfg.workers >= 0 else default_workers(local_world_size())
     seed = cfg.seed or 0
     shield = StopSignalShield()
 
@@ -294,8 +320,8 @@ def build_synthetic_loaders(cfg: TrainConfig, strategy, device: torch.device):
 
 
 def build_dali_loaders(cfg: TrainConfig, strategy, device: torch.device):
-    raise UsageError(f"--data-backend {cfg.backend} is not available yet in this version; "
-                     "use --data-backend pytorch or synthetic")
+    from .dali import build_dali_loaders as build  # DALI is optional: import only when asked
+    return build(cfg, strategy, device)
 
 
 BACKENDS = {

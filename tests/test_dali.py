@@ -1,0 +1,119 @@
+"""The DALI backend on CPU (DALI's CPU-only mode): real pipelines, real multi-process runs."""
+from __future__ import annotations
+
+import shutil
+import sys
+from collections import Counter
+
+import pytest
+import torch
+
+from conftest import TINY, add_damaged_files, records, run_script
+
+pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
+
+from recipe.config import UsageError, parse_args  # noqa: E402
+from recipe.data import build_loaders  # noqa: E402
+from recipe.strategies import Strategy  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def _rank(rank: int, world: int) -> Strategy:
+    """The base strategy posing as one rank of a world (sharding only: no collectives needed
+    by a loader except gathering the damaged-file lists, which this test data has none of)."""
+    strategy = Strategy()
+    strategy.rank, strategy.world_size = rank, world
+    return strategy
+
+
+def _cfg(data, backend="dali-cpu", *extra):
+    return parse_args(["-b", "6", "--image-size", "32", "-j", "1", "--data-backend", backend,
+                       *map(str, extra), str(data)])
+
+
+def test_dali_cpu_ddp_trains_for_real(tiny_imagefolder, tmp_path):
+    run_script("ddp.py", TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--data-backend",
+                                 "dali-cpu", "--logdir", tmp_path, "--run-name", "dali",
+                                 tiny_imagefolder], nproc=2)
+    epochs = records(tmp_path / "dali", "train_epoch")
+    assert [e["count"] for e in epochs] == [64, 64, 64]  # 2 ranks x 4 steps x 8, every epoch
+    assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]  # it learns
+    assert [v["count"] for v in records(tmp_path / "dali", "val")] == [20, 20, 20]
+    run = records(tmp_path / "dali", "run")[0]
+    assert run["config"]["data_backend"] == "dali-cpu" and run["world_size"] == 2
+
+
+def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder):
+    """Each rank's DALI pipeline reads its own files (global rank), the shards partition the
+    train set, every listed file comes out of DALI, and labels match the ImageFolder's."""
+    shards, delivered = [], []
+    for rank in range(2):
+        train, _, _ = build_loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(rank, 2),
+                                    CPU)
+        train.set_epoch(1)
+        files, labels = train.files_for_pass()
+        shards.append(files)
+        batches = list(train)
+        assert len(batches) == len(train) == 4
+        delivered.append(Counter(t for _, targets in batches for t in targets.tolist()))
+        assert delivered[-1] == Counter(labels)  # what DALI read is what this rank was given
+    assert not set(shards[0]) & set(shards[1])
+    all_files = {str(p) for p in (tiny_imagefolder / "train").rglob("*.JPEG")}
+    assert set(shards[0]) | set(shards[1]) == all_files
+    # labels follow ImageFolder's sorted class folders: class i has 16 images
+    assert delivered[0] + delivered[1] == Counter({c: 16 for c in range(4)})
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last):
+    """Same contract from both backends: float32 NCHW normalised on the device (channels_last
+    when asked), int64 targets, the same images in the same order."""
+    extra = ["--channels-last"] if channels_last else []
+    out = {}
+    for backend in ("pytorch", "dali-cpu"):
+        _, val, _ = build_loaders(_cfg(tiny_imagefolder, backend, *extra), _rank(0, 1), CPU)
+        out[backend] = list(val)
+    assert [len(b[1]) for b in out["pytorch"]] == [len(b[1]) for b in out["dali-cpu"]]
+    for (img_pt, tgt_pt), (img_dali, tgt_dali) in zip(out["pytorch"], out["dali-cpu"]):
+        assert img_dali.dtype == img_pt.dtype == torch.float32
+        assert img_dali.shape == img_pt.shape == (len(tgt_pt), 3, 32, 32)
+        assert img_dali.device == img_pt.device
+        assert img_dali.is_contiguous(memory_format=torch.channels_last) == channels_last
+        assert tgt_dali.dtype == torch.int64 and torch.equal(tgt_dali, tgt_pt)
+        assert -2.2 < img_dali.min() and img_dali.max() < 2.7  # ImageNet-normalised range
+        # The two resize implementations differ pixel by pixel on these tiny noisy images, but
+        # each image's channel means agree within ~0.05 (a swapped channel order or a missing
+        # normalisation would be off by 1.5-2), and the pixels correlate.
+        means_pt, means_dali = img_pt.mean((2, 3)), img_dali.mean((2, 3))
+        assert (means_dali - means_pt).abs().max() < 0.15
+        assert torch.corrcoef(torch.stack([img_dali.flatten(), img_pt.flatten()]))[0, 1] > 0.7
+
+
+def test_dali_cpu_left_out_damaged_files_are_counted(tiny_imagefolder, tmp_path):
+    """DALI cannot skip a bad file mid-pipeline, so truncated, empty and non-image files are
+    left out before it starts and counted; CMYK, grayscale and PNG-named-.JPEG files train."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    train_damaged = add_damaged_files(sorted((data / "train").iterdir())[0])
+    val_damaged = add_damaged_files(sorted((data / "val").iterdir())[3])
+    proc = run_script("ddp.py", TINY + ["-b", "6", "--epochs", "1", "--data-backend",
+                                        "dali-cpu", "--logdir", tmp_path, "--run-name", "bad",
+                                        data], nproc=2)
+    assert "3 file(s)" in proc.stdout and "are left out" in proc.stdout
+    assert sum(train_damaged.values()) == 3  # 67 readable -> 34 per rank -> 5 steps of 6
+    epoch = records(tmp_path / "bad", "train_epoch")[0]
+    assert epoch["skipped"] == 3 and epoch["count"] == 2 * 5 * 6
+    val = records(tmp_path / "bad", "val")[0]
+    assert val["count"] == 20 + sum(val_damaged.values()) and val["skipped"] == 3
+
+
+def test_dali_missing_names_the_package(tiny_imagefolder, monkeypatch):
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # `import nvidia.dali` now fails
+    with pytest.raises(UsageError, match="pip install nvidia-dali-cuda130"):
+        build_loaders(_cfg(tiny_imagefolder), _rank(0, 1), CPU)
+
+
+def test_dali_gpu_without_a_gpu_suggests_dali_cpu(tiny_imagefolder):
+    with pytest.raises(UsageError, match="use --data-backend dali-cpu"):
+        build_loaders(_cfg(tiny_imagefolder, "dali-gpu"), _rank(0, 1), CPU)

@@ -1,0 +1,197 @@
+"""NVIDIA DALI loaders (`--data-backend dali-gpu | dali-cpu`) behind the data factory.
+
+  dali-gpu  decode with nvJPEG (`device="mixed"`), crop / resize / flip on the GPU
+  dali-cpu  decode on the CPU, the rest on the GPU
+  CPU-only  what dali-cpu becomes on a machine without a GPU: `device_id=None`, every operator
+            on the CPU, so the same command runs on a laptop and in CI
+
+The loaders meet the pytorch backend's contract exactly: DALI hands over uint8 NCHW crops and
+the shared `UInt8Normalizer` turns them into normalised float32 on the training device
+(channels_last when asked), targets int64.
+
+Sharding and order are the pytorch backend's own: `ShardedSampler` (GLOBAL rank and world size,
+train shards padded to equal length, val shards exact) picks this rank's files for the epoch, and
+DALI reads exactly that list (`files=`, one shard). So every rank runs the same number of steps,
+validation counts every image once, the epoch order is the same global permutation as with
+`--data-backend pytorch`, and a mid-epoch resume starts at the right file. The pipeline is built
+anew for every pass, seeded by (seed, epoch, rank). (DALI's own `shard_id/num_shards` sharding
+would also work, but its `random_shuffle` only shuffles within a buffer of each contiguous shard.)
+
+DALI stops the whole pipeline on the first file it cannot decode, and has no option to skip one.
+So the file lists are checked first, in parallel over the ranks: files too short to be images, of
+no image format, or cut off before their end marker (truncated JPEG / PNG) are left out and
+counted as `skipped`. A file that passes this check and is still corrupt inside stops the run
+with DALI's error naming it; remove it and continue with --resume auto.
+"""
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from .config import TrainConfig, UsageError
+from .data import (ShardedSampler, UInt8Normalizer, cores_per_process, image_folders,
+                   local_world_size, val_resize_size)
+
+DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
+
+
+def import_dali():
+    """-> (fn, types, Pipeline, DALIGenericIterator, LastBatchPolicy), or a UsageError that
+    says what to install."""
+    try:
+        from nvidia.dali import Pipeline, fn, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    except ImportError as err:
+        raise UsageError(f"--data-backend dali-* needs NVIDIA DALI ({err}): pip install "
+                         f"{DALI_PIP_PACKAGE} (it also runs CPU-only, without a GPU)") from None
+    return fn, types, Pipeline, DALIGenericIterator, LastBatchPolicy
+
+
+def dali_placement(backend: str, device: torch.device) -> Tuple[str, str, Optional[int]]:
+    """-> (decoder device, augmentation device, DALI device_id) for the backend and device."""
+    if device.type == "cuda":
+        decoder = "mixed" if backend == "dali-gpu" else "cpu"
+        return decoder, "gpu", device.index
+    if backend == "dali-gpu":
+        raise UsageError("--data-backend dali-gpu decodes on a GPU and none is in use here: use "
+                         "--data-backend dali-cpu (on a machine without a GPU it runs every "
+                         "operator on the CPU)")
+    return "cpu", "cpu", None
+
+
+# --- checking files before DALI sees them --------------------------------------------------------
+_MAGIC = {
+    b"\xff\xd8\xff": b"\xff\xd9",  # JPEG: SOI ... EOI
+    b"\x89PNG\r\n\x1a\n": b"IEND",  # PNG: signature ... IEND chunk
+}
+_TAIL_BYTES = 1024  # JPEGs written by some cameras carry a few bytes after their EOI marker
+
+
+def looks_complete(path: str) -> bool:
+    """Cheap check (no decoding): a JPEG or PNG with its end marker near the end of the file."""
+    try:
+        size = os.path.getsize(path)
+        if size < 64:
+            return False
+        with open(path, "rb") as f:
+            head = f.read(8)
+            f.seek(max(0, size - _TAIL_BYTES))
+            tail = f.read()
+    except OSError:
+        return False
+    return any(head.startswith(magic) and end in tail for magic, end in _MAGIC.items())
+
+
+def find_damaged(paths: Sequence[str], strategy, threads: int) -> List[int]:
+    """Indices of files that fail `looks_complete`; each rank checks 1/world of them."""
+    rank, world = strategy.shard()
+    mine = range(rank, len(paths), world)
+    with ThreadPoolExecutor(max(1, threads)) as pool:  # I/O bound: threads overlap the reads
+        ok = list(pool.map(lambda i: looks_complete(paths[i]), mine))
+    damaged = [i for i, good in zip(mine, ok) if not good]
+    return sorted(i for part in strategy.gather_objects(damaged) for i in part)
+
+
+# --- the loader ----------------------------------------------------------------------------------
+class DaliLoader:
+    """One split: builds a DALI pipeline over this rank's files for each pass."""
+
+    def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
+                 strategy, device: torch.device, threads: int):
+        self.fn, self.types, self.Pipeline, self.Iterator, self.LastBatchPolicy = import_dali()
+        self.samples, self.train, self.cfg, self.device = samples, train, cfg, device
+        self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
+        self.rank, world = strategy.shard()
+        self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
+        self.seed = cfg.seed or 0
+        self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
+                                      seed=self.seed)
+        self.normalize = UInt8Normalizer(device, cfg.channels_last)
+        self.num_samples = len(self.sampler)
+        # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
+        self.left_out = damaged if self.rank == 0 else 0
+        self.skipped = 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch = epoch
+        self.sampler.set_epoch(epoch, start_batch * self.batch_size)
+
+    def __len__(self) -> int:
+        if self.train:  # full batches only, like the pytorch backend's drop_last
+            return len(self.sampler) // self.batch_size
+        return math.ceil(len(self.sampler) / self.batch_size)
+
+    def files_for_pass(self) -> Tuple[List[str], List[int]]:
+        """This rank's files and labels for the current epoch, in reading order."""
+        picked = [self.samples[index] for index, _ in self.sampler]
+        return [path for path, _ in picked], [label for _, label in picked]
+
+    def _pipeline(self, files: List[str], labels: List[int]):
+        fn, types, size = self.fn, self.types, self.cfg.image_size
+        seed = (self.seed * 1_000_003 + self.epoch * 7_919 + self.rank * 104_729) % (2 ** 31)
+        pipe = self.Pipeline(batch_size=self.batch_size, num_threads=self.threads,
+                             device_id=self.device_id, seed=seed)
+        with pipe:
+            encoded, targets = fn.readers.file(files=files, labels=labels, name="Reader",
+                                               random_shuffle=False, pad_last_batch=True)
+            if self.train:
+                # Decode only the random crop (RandomResizedCrop's scale and ratio ranges).
+                images = fn.decoders.image_random_crop(
+                    encoded, device=self.decoder, output_type=types.RGB,
+                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
+                    num_attempts=10)
+                images = self._to_augment_device(images)
+                images = fn.resize(images, resize_x=size, resize_y=size)
+                flip_or_crop = {"mirror": fn.random.coin_flip(probability=0.5)}
+            else:
+                images = fn.decoders.image(encoded, device=self.decoder, output_type=types.RGB)
+                images = self._to_augment_device(images)
+                images = fn.resize(images, resize_shorter=val_resize_size(size))
+                flip_or_crop = {"crop": (size, size)}  # centre crop
+            # uint8 CHW out; normalisation happens in torch, shared with the pytorch backend.
+            images = fn.crop_mirror_normalize(images, dtype=types.UINT8, output_layout="CHW",
+                                              **flip_or_crop)
+            pipe.set_outputs(images, targets)
+        return pipe
+
+    def _to_augment_device(self, images):
+        return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images
+
+    def __iter__(self):
+        self.skipped = self.left_out
+        files, labels = self.files_for_pass()
+        if not files:  # more ranks than validation images
+            return
+        policy = self.LastBatchPolicy.DROP if self.train else self.LastBatchPolicy.PARTIAL
+        batches = self.Iterator([self._pipeline(files, labels)], ["images", "targets"],
+                                reader_name="Reader", last_batch_policy=policy)
+        for _, batch in zip(range(len(self)), batches):
+            images, targets = batch[0]["images"], batch[0]["targets"]
+            if images.shape[0] == 0:
+                continue
+            images = images.to(self.device, non_blocking=True)
+            targets = targets.squeeze(-1).to(self.device, dtype=torch.int64, non_blocking=True)
+            yield self.normalize(images), targets
+
+    def close(self) -> None:
+        pass  # each pass's pipeline is released with its iterator
+
+
+def build_dali_loaders(cfg: TrainConfig, strategy, device: torch.device):
+    import_dali()
+    dali_placement(cfg.backend, device)  # fail early on dali-gpu without a GPU
+    train_set, val_set = image_folders(cfg)
+    threads = cfg.workers if cfg.workers > 0 else cores_per_process(local_world_size())
+    loaders = []
+    for dataset, train in ((train_set, True), (val_set, False)):
+        damaged = set(find_damaged([path for path, _ in dataset.samples], strategy, threads))
+        samples = [s for i, s in enumerate(dataset.samples) if i not in damaged]
+        if strategy.is_main() and damaged:
+            print(f"note: {len(damaged)} file(s) under {dataset.root} are not complete JPEG/PNG "
+                  f"images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
+        loaders.append(DaliLoader(samples, len(damaged), train, cfg, strategy, device, threads))
+    return loaders[0], loaders[1], len(train_set.classes)
