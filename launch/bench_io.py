@@ -6,7 +6,7 @@
 Every contender produces training batches with the same augmentation (RandomResizedCrop to
 --image-size with the standard scale/ratio ranges, random horizontal flip) from the same files,
 using --workers cores (processes or threads), and is timed over --passes passes after one
-warm-up pass; the figure is the median:
+warm-up pass, the contenders taking turns; the figure is the median:
 
   decode PIL            full decode only, PIL (Image.open + convert RGB), one process per core
   decode torchvision    full decode only, torchvision.io.decode_jpeg, one process per core
@@ -14,7 +14,9 @@ warm-up pass; the figure is the median:
                         Normalize in a DataLoader, as in pytorch/examples
   pytorch backend       this repository's --data-backend pytorch (uint8 decode and batches,
                         normalised on the device)
-  DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU)
+  DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU);
+                        it builds a pipeline per epoch (each epoch has its own file order), so
+                        "steady state" also shows one pipeline reused, as in long epochs
   DALI cpu / gpu        --data-backend dali-cpu / dali-gpu, when a GPU is present
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
@@ -94,6 +96,23 @@ def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int
     return _loader_pass(train, sync=device.type == "cuda", epochs=True)
 
 
+def dali_steady_state(data: Path, batch: int, size: int, workers: int):
+    """The dali-cpu pipeline built once and reused pass after pass: what an epoch costs once
+    it is long enough (ImageNet) for the per-epoch pipeline build to vanish. The backend itself
+    builds one pipeline per epoch, to read each epoch's own file order."""
+    cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
+                      "--data-backend", "dali-cpu", str(data)])
+    train, _, _ = build_loaders(cfg, Strategy(), torch.device("cpu"))
+    batches = train.Iterator([train.pipeline(*train.files_for_pass())], ["images", "targets"],
+                             reader_name="Reader", last_batch_policy=train.LastBatchPolicy.DROP,
+                             auto_reset=True)
+
+    def one_pass() -> int:
+        return sum(len(batch[0]["targets"]) for batch in batches)
+    one_pass.close = lambda: None
+    return one_pass
+
+
 def _loader_pass(loader, sync: bool = False, epochs: bool = False):
     state = {"epoch": 0}
 
@@ -109,15 +128,21 @@ def _loader_pass(loader, sync: bool = False, epochs: bool = False):
     return one_pass
 
 
-def measure(one_pass, passes: int) -> dict:
-    one_pass()  # warm-up: worker start, pipeline build, page cache
-    rates = []
+def measure(passes_by_name: dict, passes: int) -> dict:
+    """Warm every contender up, then time them in turns (pass 1 of each, pass 2 of each, ...) so
+    that drifts in a shared machine's speed hit all of them alike; median per contender."""
+    for one_pass in passes_by_name.values():
+        one_pass()  # warm-up: worker start, pipeline build, page cache
+    rates = {name: [] for name in passes_by_name}
     for _ in range(passes):
-        start = time.perf_counter()
-        images = one_pass()
-        rates.append(images / (time.perf_counter() - start))
-    one_pass.close()
-    return {"img_s": statistics.median(rates), "runs": [round(r, 1) for r in rates]}
+        for name, one_pass in passes_by_name.items():
+            start = time.perf_counter()
+            images = one_pass()
+            rates[name].append(images / (time.perf_counter() - start))
+    for one_pass in passes_by_name.values():
+        one_pass.close()
+    return {name: {"img_s": statistics.median(r), "runs": [round(x, 1) for x in r]}
+            for name, r in rates.items()}
 
 
 # --- report --------------------------------------------------------------------------------------
@@ -181,7 +206,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=cores, help="cores to use (default all)")
     parser.add_argument("-b", "--batch-size", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--only", nargs="*", help="run only these contenders (name prefixes)")
     parser.add_argument("--figure", default=str(REPO / "figures/io.png"))
     parser.add_argument("--update-results", action="store_true",
@@ -215,16 +240,17 @@ def main() -> None:
         "DALI cpu" if gpu else "DALI CPU-only": lambda: recipe_backend(
             data, "dali-cpu", args.batch_size, args.image_size, args.workers),
     }
+    if not gpu:
+        contenders["DALI CPU-only, steady state"] = lambda: dali_steady_state(
+            data, args.batch_size, args.image_size, args.workers)
     if gpu:
         contenders["DALI gpu"] = lambda: recipe_backend(data, "dali-gpu", args.batch_size,
                                                         args.image_size, args.workers)
-    results = {}
-    for name, make in contenders.items():
-        if args.only and not any(name.startswith(prefix) for prefix in args.only):
-            continue
-        results[name] = measure(make(), args.passes)
-        print(f"{name:22s} {results[name]['img_s']:8.1f} img/s  passes {results[name]['runs']}",
-              flush=True)
+    chosen = {name: make() for name, make in contenders.items()
+              if not args.only or any(name.startswith(prefix) for prefix in args.only)}
+    results = measure(chosen, args.passes)
+    for name, r in results.items():
+        print(f"{name:30s} {r['img_s']:8.1f} img/s  passes {r['runs']}", flush=True)
 
     hardware = f"{cpu_model()} ({cores} cores)"
     if gpu:

@@ -5,9 +5,10 @@
   CPU-only  what dali-cpu becomes on a machine without a GPU: `device_id=None`, every operator
             on the CPU, so the same command runs on a laptop and in CI
 
-The loaders meet the pytorch backend's contract exactly: DALI hands over uint8 NCHW crops and
-the shared `UInt8Normalizer` turns them into normalised float32 on the training device
-(channels_last when asked), targets int64.
+The loaders meet the pytorch backend's contract: normalised float32 NCHW on the training device
+(channels_last when asked), int64 targets. DALI normalises inside its fused crop/mirror/normalize
+operator with the same ImageNet mean and std; for channels_last it writes HWC, which viewed as
+NCHW already has channels_last strides, so no copy is needed.
 
 Sharding and order are the pytorch backend's own: `ShardedSampler` (GLOBAL rank and world size,
 train shards padded to equal length, val shards exact) picks this rank's files for the epoch, and
@@ -33,8 +34,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from .config import TrainConfig, UsageError
-from .data import (ShardedSampler, UInt8Normalizer, cores_per_process, image_folders,
-                   local_world_size, val_resize_size)
+from .data import (IMAGENET_MEAN, IMAGENET_STD, ShardedSampler, cores_per_process,
+                   image_folders, local_world_size, val_resize_size)
 
 DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
 
@@ -110,7 +111,7 @@ class DaliLoader:
         self.seed = cfg.seed or 0
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
                                       seed=self.seed)
-        self.normalize = UInt8Normalizer(device, cfg.channels_last)
+        self.channels_last = cfg.channels_last
         self.num_samples = len(self.sampler)
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
         self.left_out = damaged if self.rank == 0 else 0
@@ -130,7 +131,8 @@ class DaliLoader:
         picked = [self.samples[index] for index, _ in self.sampler]
         return [path for path, _ in picked], [label for _, label in picked]
 
-    def _pipeline(self, files: List[str], labels: List[int]):
+    def pipeline(self, files: List[str], labels: List[int]):
+        """A DALI pipeline reading `files` in this order, with this split's augmentation."""
         fn, types, size = self.fn, self.types, self.cfg.image_size
         seed = (self.seed * 1_000_003 + self.epoch * 7_919 + self.rank * 104_729) % (2 ** 31)
         pipe = self.Pipeline(batch_size=self.batch_size, num_threads=self.threads,
@@ -152,9 +154,10 @@ class DaliLoader:
                 images = self._to_augment_device(images)
                 images = fn.resize(images, resize_shorter=val_resize_size(size))
                 flip_or_crop = {"crop": (size, size)}  # centre crop
-            # uint8 CHW out; normalisation happens in torch, shared with the pytorch backend.
-            images = fn.crop_mirror_normalize(images, dtype=types.UINT8, output_layout="CHW",
-                                              **flip_or_crop)
+            images = fn.crop_mirror_normalize(
+                images, dtype=types.FLOAT, output_layout="HWC" if self.channels_last else "CHW",
+                mean=[255 * m for m in IMAGENET_MEAN], std=[255 * s for s in IMAGENET_STD],
+                **flip_or_crop)
             pipe.set_outputs(images, targets)
         return pipe
 
@@ -167,15 +170,17 @@ class DaliLoader:
         if not files:  # more ranks than validation images
             return
         policy = self.LastBatchPolicy.DROP if self.train else self.LastBatchPolicy.PARTIAL
-        batches = self.Iterator([self._pipeline(files, labels)], ["images", "targets"],
+        batches = self.Iterator([self.pipeline(files, labels)], ["images", "targets"],
                                 reader_name="Reader", last_batch_policy=policy)
         for _, batch in zip(range(len(self)), batches):
             images, targets = batch[0]["images"], batch[0]["targets"]
             if images.shape[0] == 0:
                 continue
+            if self.channels_last:
+                images = images.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels_last
             images = images.to(self.device, non_blocking=True)
             targets = targets.squeeze(-1).to(self.device, dtype=torch.int64, non_blocking=True)
-            yield self.normalize(images), targets
+            yield images, targets
 
     def close(self) -> None:
         pass  # each pass's pipeline is released with its iterator
