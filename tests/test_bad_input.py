@@ -60,6 +60,10 @@ def test_dali_gpu_without_a_gpu(tiny_imagefolder, tmp_path):
                         "use --data-backend dali-cpu", tmp_path)
 
 
+def test_fp16_allreduce_is_horovod_only(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder], "train/hvd.py", tmp_path)
+
+
 def test_unknown_arch(tiny_imagefolder, tmp_path):
     _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
 

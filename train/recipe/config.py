@@ -94,7 +94,11 @@ class TrainConfig:
     warmup_epochs: float = field(default=0.0, metadata=opt(
         "--warmup-epochs", help="linear lr warm-up from 0 over this many epochs"))
     grad_accum: int = field(default=1, metadata=opt(
-        "--grad-accum", help="micro-batches accumulated per optimizer step"))
+        "--grad-accum", "--batches-per-allreduce",
+        help="micro-batches accumulated per optimizer step (Horovod's name: batches per "
+             "all-reduce)"))
+    fp16_allreduce: bool = field(default=False, metadata=opt(
+        "--fp16-allreduce", help="Horovod: compress gradients to fp16 for the all-reduce"))
     steps_per_epoch: int = field(default=0, metadata=opt(
         "--steps-per-epoch", help="cap optimizer steps per epoch (0: the whole epoch); for "
                                   "benchmarks and sweeps"))

@@ -65,8 +65,11 @@ class Trainer:
 
         self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
         self.lr = scaled_lr(cfg, self.global_batch)
-        self.optimizer = torch.optim.SGD(self.precision.optimizer_params(model), lr=self.lr,
-                                         momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        named_params = self.precision.named_optimizer_params(model)
+        optimizer = torch.optim.SGD([p for _, p in named_params], lr=self.lr,
+                                    momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        # Before the scheduler and the resume: both must hold the optimizer that is stepped.
+        self.optimizer = strategy.wrap_optimizer(optimizer, named_params, cfg)
         self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
@@ -208,7 +211,7 @@ class Trainer:
                 interval.add(len(targets), loss=loss * len(targets), correct1=correct1,
                              correct5=correct5)
             precision.step(self.optimizer, strategy)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()  # set_to_none by default; Horovod's takes no arguments
             self.scheduler.step()
             self.step += 1
 

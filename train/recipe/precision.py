@@ -13,7 +13,7 @@ all, so on CPU an fp16 request falls back to bf16 with a one-line notice.
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, List, Optional
+from typing import Tuple, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -122,12 +122,14 @@ class Precision:
             model.to(self.half)
         return model
 
-    def optimizer_params(self, model: nn.Module) -> List[torch.Tensor]:
-        """Parameters the optimizer must update: fp32 masters under O2, the model's otherwise."""
-        if self.opt_level != "O2":
-            return list(model.parameters())
+    def named_optimizer_params(self, model: nn.Module) -> List[Tuple[str, torch.Tensor]]:
+        """(name, parameter) pairs the optimizer must update: fp32 masters under O2 (named
+        after the model parameter each one masters), the model's own parameters otherwise."""
         master = {id(p): m for p, m in self._master_pairs}
-        return [master.get(id(p), p) for p in model.parameters()]
+        return [(name, master.get(id(p), p)) for name, p in model.named_parameters()]
+
+    def optimizer_params(self, model: nn.Module) -> List[torch.Tensor]:
+        return [p for _, p in self.named_optimizer_params(model)]
 
     def model_state_dict(self, model: nn.Module) -> Dict[str, torch.Tensor]:
         """Model weights for a checkpoint, always at full precision where we have it (O2 saves
@@ -161,12 +163,13 @@ class Precision:
 
     def step(self, optimizer: torch.optim.Optimizer, strategy) -> None:
         """Unscale (if scaling), skip on overflow, update; handles O2's master weights."""
-        strategy.before_step(optimizer)
         for p, m in self._master_pairs:
-            # O2: gradients were reduced in half precision; the update happens in fp32.
+            # O2: the update happens in fp32 (DDP has already reduced these in half precision).
             m.grad = None if p.grad is None else p.grad.float()
             p.grad = None
-        self.scaler.step(optimizer)
+        # Unscaling, the overflow check and the update must see fully reduced gradients.
+        with strategy.synchronized_step(optimizer):
+            self.scaler.step(optimizer)
         self.scaler.update()
         if self._master_pairs:
             with torch.no_grad():

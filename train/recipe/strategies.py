@@ -64,6 +64,14 @@ class Strategy:
         shards differ in size and a collective in forward would wait forever."""
         return model
 
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
+                       cfg: TrainConfig) -> torch.optim.Optimizer:
+        """The optimizer the engine steps (Horovod wraps it to all-reduce gradients)."""
+        if cfg.fp16_allreduce:
+            raise UsageError("--fp16-allreduce is Horovod's gradient compression (train/hvd.py); "
+                             "DDP's counterpart is a gradient communication hook")
+        return optimizer
+
     def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         pass
 
@@ -71,8 +79,10 @@ class Strategy:
         """Context for micro-steps of gradient accumulation that must not communicate."""
         return contextlib.nullcontext()
 
-    def before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Called after the last backward of a step, before gradients are unscaled or used."""
+    def synchronized_step(self, optimizer: torch.optim.Optimizer):
+        """Context around the optimizer step, entered after the step's last backward: on entry
+        every gradient is fully reduced (DDP reduces during backward, so nothing to do)."""
+        return contextlib.nullcontext()
 
     # --- collectives -----------------------------------------------------------------------------
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -256,3 +266,88 @@ class DDPStrategy(Strategy):
     def teardown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class HorovodStrategy(Strategy):
+    """One process per device, launched by horovodrun; gradients all-reduced by Horovod's
+    DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
+
+    name = "hvd"
+
+    def setup(self, cfg: TrainConfig) -> torch.device:
+        try:
+            import horovod.torch as hvd
+        except ImportError as err:
+            raise UsageError(f"train/hvd.py needs Horovod built with PyTorch support ({err}): "
+                             "run `launch/env.sh bash launch/install_horovod.sh` (see README)")
+        self.hvd = hvd
+        hvd.init()  # Horovod: ranks, sizes and the controller come from horovodrun
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self.device = pick_device(cfg.device, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # Horovod: one GPU per process, by local rank
+        if cfg.sync_bn:
+            raise UsageError("--sync-bn is not supported with train/hvd.py; use train/ddp.py")
+        return self.device
+
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
+                       cfg: TrainConfig) -> torch.optim.Optimizer:
+        hvd = self.hvd
+        # Horovod: all-reduce (average) each gradient as soon as backward produces it, after
+        # every --batches-per-allreduce backward passes; fp16 compression halves the traffic.
+        return hvd.DistributedOptimizer(
+            optimizer, named_parameters=named_parameters,
+            compression=hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none,
+            backward_passes_per_step=cfg.grad_accum, op=hvd.Average)
+
+    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        # Horovod: every rank starts from rank 0's weights and buffers, and after a resume from
+        # its optimizer state (momentum buffers). A fresh optimizer has no state to send, and
+        # hvd.broadcast_optimizer_state would first create some with one SGD step on zero
+        # gradients, which weight decay turns into a real update: so only when there is state.
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        if optimizer.state_dict()["state"]:
+            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    def eval_model(self, model: nn.Module) -> nn.Module:
+        # Horovod: like DDP, validate with rank 0's BatchNorm running statistics.
+        for buffer in model.buffers():
+            self.hvd.broadcast_(buffer, root_rank=0)
+        return model
+
+    def synchronized_step(self, optimizer: torch.optim.Optimizer):
+        # Horovod: wait for the gradient all-reduce here, so that unscaling, the overflow check
+        # and the update see reduced gradients, then step without a second synchronize.
+        optimizer.synchronize()
+        return optimizer.skip_synchronize()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        tensor.copy_(self.hvd.allreduce(tensor, op=self.hvd.Sum))
+        return tensor
+
+    def broadcast_object(self, obj: Any) -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=0)
+
+    def gather_objects(self, obj: Any) -> List[Any]:
+        return self.hvd.allgather_object(obj)
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def describe(self) -> dict:
+        backend = "nccl" if self.hvd.nccl_built() and self.device.type == "cuda" else "gloo"
+        return {**super().describe(), "backend": backend}
+
+    def explain_failure(self, err: BaseException) -> Optional[str]:
+        if not hasattr(self, "hvd"):
+            return None
+        from horovod.common.exceptions import HorovodInternalError
+        if not isinstance(err, HorovodInternalError):
+            return None
+        return (f"rank {self.rank} of {self.world_size}: a Horovod collective failed ({err}). "
+                "Another process died or stopped responding; the first error in the other "
+                "ranks' output is the cause. Continue with --resume auto.")
+
+    def teardown(self) -> None:
+        if hasattr(self, "hvd"):
+            self.hvd.shutdown()

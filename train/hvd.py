@@ -1,0 +1,14 @@
+"""Horovod data-parallel training: one process per device, gradients all-reduced by Horovod.
+
+    horovodrun -np 4 python train/hvd.py -a resnet50 -b 256 --opt-level O2 /data/imagenet
+    horovodrun -np 2 --gloo python train/hvd.py -a resnet18 data/synthetic    # CPU
+
+Horovod must be built for the installed torch first: `bash launch/install_horovod.sh`.
+(The file is not called horovod.py: this folder comes first on sys.path and would shadow the
+horovod package.)
+"""
+from recipe.engine import run
+from recipe.strategies import HorovodStrategy
+
+if __name__ == "__main__":
+    run(HorovodStrategy(), entry="hvd", description=__doc__)
