@@ -293,6 +293,9 @@ class HorovodStrategy(Strategy):
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
                        cfg: TrainConfig) -> torch.optim.Optimizer:
         hvd = self.hvd
+        if any(p.dtype == torch.bfloat16 for _, p in named_parameters):
+            raise UsageError("Horovod 0.28 cannot all-reduce bfloat16 gradients (O3 with "
+                             "bfloat16): use --opt-level O1 or O2, or float16 on a GPU")
         # Horovod: all-reduce (average) each gradient as soon as backward produces it, after
         # every --batches-per-allreduce backward passes; fp16 compression halves the traffic.
         return hvd.DistributedOptimizer(
@@ -305,15 +308,23 @@ class HorovodStrategy(Strategy):
         # its optimizer state (momentum buffers). A fresh optimizer has no state to send, and
         # hvd.broadcast_optimizer_state would first create some with one SGD step on zero
         # gradients, which weight decay turns into a real update: so only when there is state.
-        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self._broadcast_from_rank0(model.state_dict().items())
         if optimizer.state_dict()["state"]:
             self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def eval_model(self, model: nn.Module) -> nn.Module:
         # Horovod: like DDP, validate with rank 0's BatchNorm running statistics.
-        for buffer in model.buffers():
-            self.hvd.broadcast_(buffer, root_rank=0)
+        self._broadcast_from_rank0(model.named_buffers())
         return model
+
+    def _broadcast_from_rank0(self, named_tensors) -> None:
+        """In place, like hvd.broadcast_parameters, but Horovod 0.28 has no bfloat16
+        collectives: those tensors travel as float32 (exact: bf16 -> fp32 -> bf16)."""
+        for name, tensor in named_tensors:
+            wire = tensor.float() if tensor.dtype == torch.bfloat16 else tensor
+            self.hvd.broadcast_(wire, root_rank=0, name=f"recipe.broadcast.{name}")
+            if wire is not tensor:
+                tensor.copy_(wire)
 
     def synchronized_step(self, optimizer: torch.optim.Optimizer):
         # Horovod: wait for the gradient all-reduce here, so that unscaling, the overflow check
@@ -325,11 +336,13 @@ class HorovodStrategy(Strategy):
         tensor.copy_(self.hvd.allreduce(tensor, op=self.hvd.Sum))
         return tensor
 
+    # Horovod names a collective after the object's type by default; ranks passing objects of
+    # different types (a path on one, None on another) would then wait for each other forever.
     def broadcast_object(self, obj: Any) -> Any:
-        return self.hvd.broadcast_object(obj, root_rank=0)
+        return self.hvd.broadcast_object(obj, root_rank=0, name="recipe.broadcast_object")
 
     def gather_objects(self, obj: Any) -> List[Any]:
-        return self.hvd.allgather_object(obj)
+        return self.hvd.allgather_object(obj, name="recipe.gather_objects")
 
     def barrier(self) -> None:
         self.hvd.barrier()
