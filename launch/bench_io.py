@@ -88,11 +88,17 @@ def classic_imagefolder(train_dir: Path, batch: int, size: int, workers: int):
     return _loader_pass(loader)
 
 
-def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int):
+def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers: int,
+                        device: torch.device):
+    """The training loader a run of this repository would use, built the same way."""
     cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
                       "--data-backend", backend, str(data)])
+    return build_loaders(cfg, Strategy(), device)[0]
+
+
+def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int):
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train, _, _ = build_loaders(cfg, Strategy(), device)
+    train = recipe_train_loader(data, backend, batch, size, workers, device)
     return _loader_pass(train, sync=device.type == "cuda", epochs=True)
 
 
@@ -100,9 +106,7 @@ def dali_steady_state(data: Path, batch: int, size: int, workers: int):
     """The dali-cpu pipeline built once and reused pass after pass: what an epoch costs once
     it is long enough (ImageNet) for the per-epoch pipeline build to vanish. The backend itself
     builds one pipeline per epoch, to read each epoch's own file order."""
-    cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
-                      "--data-backend", "dali-cpu", str(data)])
-    train, _, _ = build_loaders(cfg, Strategy(), torch.device("cpu"))
+    train = recipe_train_loader(data, "dali-cpu", batch, size, workers, torch.device("cpu"))
     batches = train.Iterator([train.pipeline(*train.files_for_pass())], ["images", "targets"],
                              reader_name="Reader", last_batch_policy=train.LastBatchPolicy.DROP,
                              auto_reset=True)

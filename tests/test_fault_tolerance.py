@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 from conftest import (TINY, add_damaged_files, jpeg_bytes, read_jsonl, records,
                       run_script, start_script)
+from recipe.strategies import free_port
 
 
 def _weights(path):
@@ -147,15 +147,9 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
 
 
 # --- dead, hung and missing peers ----------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_ranks(ranks, world: int, args, tmp_path):
     """Ranks of a DDP run started by hand (no torchrun, so nothing restarts or kills them)."""
-    port = str(_free_port())
+    port = str(free_port())
     return [start_script("ddp.py", args + ["--logdir", tmp_path, "--run-name", "job"],
                          env={"RANK": str(rank), "WORLD_SIZE": str(world),
                               "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",

@@ -35,7 +35,7 @@ import torch
 
 from .config import TrainConfig, UsageError
 from .data import (IMAGENET_MEAN, IMAGENET_STD, ShardedSampler, cores_per_process,
-                   image_folders, local_world_size, val_resize_size)
+                   image_folders, local_world_size, sample_seed, val_resize_size)
 
 DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
 
@@ -134,7 +134,7 @@ class DaliLoader:
     def pipeline(self, files: List[str], labels: List[int]):
         """A DALI pipeline reading `files` in this order, with this split's augmentation."""
         fn, types, size = self.fn, self.types, self.cfg.image_size
-        seed = (self.seed * 1_000_003 + self.epoch * 7_919 + self.rank * 104_729) % (2 ** 31)
+        seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per epoch and rank
         pipe = self.Pipeline(batch_size=self.batch_size, num_threads=self.threads,
                              device_id=self.device_id, seed=seed)
         with pipe:

@@ -155,7 +155,7 @@ _PEER_FAILURE_SIGNS = ("connection reset by peer", "connection closed by peer", 
                        "timed out", "timeout", "nccl communicator was aborted")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -187,7 +187,7 @@ class DDPStrategy(Strategy):
         if "RANK" not in os.environ:
             # Started with plain `python`: run as a world of one so the script still works.
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
         self.device = pick_device(cfg.device, self.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
