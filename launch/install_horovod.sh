@@ -14,7 +14,7 @@
 # headers need C++20, so the sdist's CMakeLists are patched (C++17 for the core, C++20 for the
 # torch extension) before building.
 #
-# Caching (a build takes ~8 min on 2 cores):
+# Caching (a build takes ~6 min on 2 cores):
 #   * the wheel is kept in ${XDG_CACHE_HOME:-~/.cache}/imagenet-recipes/horovod-wheels/<key>/,
 #     <key> = torch version + python version + variant (+ CUDA archs) + sha256 of this script,
 #     so a changed torch, python, variant or build recipe gets a fresh build. A cache hit is a
@@ -143,7 +143,7 @@ wheel="$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -n1 || true)"
 if [ "$rebuild" = 1 ] || [ -z "$wheel" ]; then
   start=$SECONDS
   work="$(mktemp -d "${TMPDIR:-/tmp}/horovod-build.XXXXXX")"
-  log "building horovod $HVD_VERSION in $work (about 8 min on 2 cores)"
+  log "building horovod $HVD_VERSION in $work (about 6 min on 2 cores)"
 
   # cmake >= 3.13 is required by Horovod; < 4 because bundled third_party CMakeLists declare
   # very old minimum versions that CMake 4 rejects.
