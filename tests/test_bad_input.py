@@ -64,6 +64,17 @@ def test_fp16_allreduce_is_horovod_only(tiny_imagefolder, tmp_path):
     _expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder], "train/hvd.py", tmp_path)
 
 
+def test_ddp_comm_hook_needs_ddp(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--ddp-comm-hook", "fp16", tiny_imagefolder],
+                        "--ddp-comm-hook is a DDP option", tmp_path)
+
+
+def test_powersgd_needs_a_warm_up_step(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--ddp-comm-hook", "powersgd", "--powersgd-start-step", "1",
+                                tiny_imagefolder], "--powersgd-start-step >= 2", tmp_path,
+                        script="ddp.py")
+
+
 def test_unknown_arch(tiny_imagefolder, tmp_path):
     _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
 

@@ -16,6 +16,7 @@ from typing import Any, Optional
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 DATA_BACKENDS = ("pytorch", "synthetic", "dali-cpu", "dali-gpu")
 LR_SCHEDULES = ("step", "cosine")
+DDP_COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
 # pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
 LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank", "--gpu",
@@ -99,6 +100,16 @@ class TrainConfig:
              "all-reduce)"))
     fp16_allreduce: bool = field(default=False, metadata=opt(
         "--fp16-allreduce", help="Horovod: compress gradients to fp16 for the all-reduce"))
+    ddp_comm_hook: str = field(default="none", metadata=opt(
+        "--ddp-comm-hook", help="DDP: gradient communication hook (PyTorch built-ins): fp16 / "
+                                "bf16 compress gradients to half for the all-reduce, powersgd "
+                                "sends low-rank approximations with error feedback",
+        choices=DDP_COMM_HOOKS))
+    powersgd_rank: int = field(default=1, metadata=opt(
+        "--powersgd-rank", help="PowerSGD matrix approximation rank"))
+    powersgd_start_step: int = field(default=10, metadata=opt(
+        "--powersgd-start-step", help="PowerSGD: plain all-reduce for this many steps first "
+                                      "(PyTorch suggests about 10%% of training, at least 2)"))
     steps_per_epoch: int = field(default=0, metadata=opt(
         "--steps-per-epoch", help="cap optimizer steps per epoch (0: the whole epoch); for "
                                   "benchmarks and sweeps"))
@@ -232,6 +243,10 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError(f"--pretrained takes a weights FILE, got the folder {cfg.pretrained}. "
                          "(pytorch/examples' --pretrained downloads weights; here download them "
                          "beforehand, e.g. torchvision's resnet50-*.pth, and pass its path)")
+    if cfg.ddp_comm_hook == "powersgd" and (cfg.powersgd_rank < 1
+                                            or cfg.powersgd_start_step < 2):
+        raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "
+                         "(error feedback needs one uncompressed step)")
     if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:
         raise UsageError("--steps-per-epoch and --checkpoint-every must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:

@@ -69,7 +69,10 @@ class Strategy:
         """The optimizer the engine steps (Horovod wraps it to all-reduce gradients)."""
         if cfg.fp16_allreduce:
             raise UsageError("--fp16-allreduce is Horovod's gradient compression (train/hvd.py); "
-                             "DDP's counterpart is a gradient communication hook")
+                             "DDP's counterpart is --ddp-comm-hook fp16")
+        if cfg.ddp_comm_hook != "none" and not isinstance(self, DDPStrategy):
+            raise UsageError(f"--ddp-comm-hook is a DDP option; the {self.name} strategy has no "
+                             "DDP gradient all-reduce to hook")
         return optimizer
 
     def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -192,6 +195,7 @@ class DDPStrategy(Strategy):
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.timeout = cfg.dist_timeout
+        self.cfg = cfg
         # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend.
         self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         timeout = datetime.timedelta(seconds=cfg.dist_timeout)
@@ -214,7 +218,34 @@ class DDPStrategy(Strategy):
         # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces
         # gradient buckets during backward.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        one_bucket = self.cfg.ddp_comm_hook == "powersgd" and self.backend == "gloo"
+        # DDP: PowerSGD chains a second all-reduce onto each bucket's first one, in a callback.
+        # gloo completes buckets in any order, so ranks would issue those second all-reduces in
+        # different orders and mismatch (pytorch#58467): on gloo PowerSGD gets one bucket.
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=ids, bucket_cap_mb=1e5 if one_bucket else None)
+        self._register_comm_hook(ddp)
+        return ddp
+
+    def _register_comm_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        """DDP: replace the plain bucket all-reduce by one of PyTorch's built-in hooks."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        cfg = self.cfg
+        if cfg.ddp_comm_hook == "fp16":
+            # Half the bytes on the wire; the averaged bucket is cast back to the grad dtype.
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif cfg.ddp_comm_hook == "bf16":
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        elif cfg.ddp_comm_hook == "powersgd":
+            # Rank-r factors instead of full gradient matrices; the compression error is fed
+            # back into the next step. Its error-feedback state is not checkpointed: after a
+            # resume it starts again from zero (one step of slightly different compression).
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
+                start_powerSGD_iter=cfg.powersgd_start_step,
+                random_seed=cfg.seed if cfg.seed is not None else 0)
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
     def eval_model(self, model: nn.Module) -> nn.Module:
         # DDP: validate with the plain module (the wrapper would broadcast in every forward, and
@@ -248,7 +279,8 @@ class DDPStrategy(Strategy):
         dist.barrier()
 
     def describe(self) -> dict:
-        return {**super().describe(), "backend": self.backend}
+        return {**super().describe(), "backend": self.backend,
+                "comm_hook": self.cfg.ddp_comm_hook}
 
     def explain_failure(self, err: BaseException) -> Optional[str]:
         text = str(err).strip()
@@ -293,6 +325,9 @@ class HorovodStrategy(Strategy):
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
                        cfg: TrainConfig) -> torch.optim.Optimizer:
         hvd = self.hvd
+        if cfg.ddp_comm_hook != "none":
+            raise UsageError("--ddp-comm-hook is DDP's; Horovod's gradient compression is "
+                             "--fp16-allreduce")
         if any(p.dtype == torch.bfloat16 for _, p in named_parameters):
             raise UsageError("Horovod 0.28 cannot all-reduce bfloat16 gradients (O3 with "
                              "bfloat16): use --opt-level O1 or O2, or float16 on a GPU")
