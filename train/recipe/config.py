@@ -159,15 +159,19 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def validate_extra(self) -> None:
+        """Checks of a subclass's own fields (the parameter server's, say)."""
+
     def save(self, path: Path, **extra: Any) -> None:
         path.write_text(json.dumps({**self.to_dict(), **extra}, indent=2, sort_keys=True))
 
 
-def build_parser(description: str = "", defaults: Optional[dict] = None) -> argparse.ArgumentParser:
+def build_parser(description: str = "", defaults: Optional[dict] = None,
+                 config_cls: type = TrainConfig) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = defaults or {}
-    for f in dataclasses.fields(TrainConfig):
+    for f in dataclasses.fields(config_cls):
         meta = f.metadata
         default = defaults.get(f.name, f.default)
         kwargs = dict(meta["argparse"], help=meta["help"] + f" (default: {default})")
@@ -194,9 +198,10 @@ def _scalar_type(annotation: str):
 
 
 def parse_args(argv: Optional[list] = None, description: str = "",
-               defaults: Optional[dict] = None) -> TrainConfig:
-    """Parse and validate the command line; raises UsageError on bad input."""
-    parser = build_parser(description, defaults)
+               defaults: Optional[dict] = None, config_cls: type = TrainConfig) -> TrainConfig:
+    """Parse and validate the command line; raises UsageError on bad input. A subclass of
+    TrainConfig adds its own fields (and checks, in its `validate_extra`)."""
+    parser = build_parser(description, defaults, config_cls)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
     apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
@@ -218,8 +223,9 @@ def parse_args(argv: Optional[list] = None, description: str = "",
             "...; multi-node: add --nnodes, --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT "
             "(see README, Multi-node)")
     ns["lr_steps"] = tuple(ns["lr_steps"])
-    cfg = TrainConfig(**ns)
+    cfg = config_cls(**ns)
     validate(cfg)
+    cfg.validate_extra()
     return cfg
 
 

@@ -22,7 +22,7 @@ import os
 import signal
 import warnings
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torchvision
@@ -56,8 +56,12 @@ class ShardedSampler(Sampler):
     val:   sequential, positions r, r+W, ...; no padding (shards may differ by one image).
     """
 
-    def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int):
-        self.size, self.rank, self.world = size, rank, world
+    def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int,
+                 subset: Optional[Sequence[int]] = None):
+        """`subset`: sample only these dataset indices (a parameter-server worker's classes)."""
+        self.subset = list(subset) if subset is not None else None
+        self.size = len(self.subset) if subset is not None else size
+        self.rank, self.world = rank, world
         self.shuffle, self.seed, self.epoch, self.start = shuffle, seed, 0, 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
@@ -73,7 +77,8 @@ class ShardedSampler(Sampler):
         return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for index in self._order()[self.rank::self.world][self.start:]:
+        for position in self._order()[self.rank::self.world][self.start:]:
+            index = self.subset[position] if self.subset is not None else position
             yield index, sample_seed(self.seed, self.epoch, index)
 
     def __len__(self) -> int:
@@ -266,8 +271,9 @@ def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
     seed = cfg.seed or 0
     shield = StopSignalShield()
 
-    def make(dataset, shuffle: bool, drop_last: bool) -> DeviceLoader:
-        sampler = ShardedSampler(len(dataset), rank, world, shuffle=shuffle, seed=seed)
+    def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
+        sampler = ShardedSampler(len(dataset), rank, world, shuffle=shuffle, seed=seed,
+                                 subset=subset)
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_uint8,
                             pin_memory=device.type == "cuda", drop_last=drop_last,
@@ -275,7 +281,9 @@ def build_pytorch_loaders(cfg: TrainConfig, strategy, device: torch.device):
         return DeviceLoader(loader, sampler, device, cfg.channels_last)
 
     # Training drops the last partial batch so every step has the same size on every rank.
-    return make(train_set, True, True), make(val_set, False, False), len(train_set.classes)
+    train_subset = strategy.train_subset(train_set.targets)
+    return (make(train_set, True, True, train_subset), make(val_set, False, False),
+            len(train_set.classes))
 
 
 # --- the synthetic backend -----------------------------------------------------------------------

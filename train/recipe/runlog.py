@@ -11,6 +11,12 @@ always with `kind`, `time` (unix seconds) and `elapsed` (seconds since the run s
   kind="val"     epoch, step, loss, top1, top5, count, img_s, time, skipped
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     epoch, step, best_top1, reason
+Parameter server runs (train/ps.py) add:
+  kind="worker"  worker, step, samples, compute_time, comm_time, wait_time, bytes_pushed,
+                 bytes_pulled (cumulative), local_steps (esync), staleness (async), over one
+                 print interval; `val` records also carry train_elapsed (when the evaluated
+                 weights were taken: evaluation runs in the background)
+  kind="worker_lost"  worker, step, reason
 Top-k values are percentages. TensorBoard tags mirror them: train/loss, train/top1, train/top5,
 train/lr, train/img_s, val/loss, val/top1, val/top5, ...
 """
@@ -20,6 +26,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -32,6 +39,9 @@ TB_SCALARS = {
                         "step_time", "loss_scale")),
     "train_epoch": ("epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),
     "val": ("val", ("loss", "top1", "top5", "img_s")),
+    # parameter server: one tag prefix per worker (worker1/compute_time, ...)
+    "worker": ("worker{worker}", ("compute_time", "comm_time", "wait_time", "bytes_pushed",
+                                  "bytes_pulled", "local_steps", "staleness")),
 }
 
 
@@ -69,6 +79,7 @@ class RunLog:
         self.t0 = time.time()
         self._jsonl = None
         self._tb = None
+        self._lock = threading.Lock()  # the parameter server logs from several threads
         if self.enabled:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -79,22 +90,29 @@ class RunLog:
     def write(self, kind: str, **fields: Any) -> None:
         if not self.enabled:
             return
-        now = time.time()
-        record = {"kind": kind, "time": now, "elapsed": now - self.t0, **fields}
-        self._jsonl.write(json.dumps(record, default=str) + "\n")
-        if kind in TB_SCALARS:
-            prefix, names = TB_SCALARS[kind]
-            step = fields["step"]
-            for name in names:
-                if fields.get(name) is not None:
-                    self._tb.add_scalar(f"{prefix}/{name}", fields[name], step)
+        with self._lock:
+            now = time.time()
+            record = {"kind": kind, "time": now, "elapsed": now - self.t0, **fields}
+            self._jsonl.write(json.dumps(record, default=str) + "\n")
+            if kind in TB_SCALARS:
+                prefix, names = TB_SCALARS[kind]
+                prefix = prefix.format(**fields)
+                step = fields["step"]
+                for name in names:
+                    if fields.get(name) is not None:
+                        self._tb.add_scalar(f"{prefix}/{name}", fields[name], step)
+
+    def restart_clock(self) -> None:
+        """Count `elapsed` from now (the parameter server: from the moment all workers are in)."""
+        self.t0 = time.time()
 
     def print(self, message: str) -> None:
         if self.enabled:
             print(message, flush=True)
 
     def close(self) -> None:
-        if self.enabled:
-            self._tb.close()
-            self._jsonl.close()
-            self.enabled = False
+        with self._lock:
+            if self.enabled:
+                self._tb.close()
+                self._jsonl.close()
+                self.enabled = False

@@ -106,6 +106,11 @@ class Strategy:
         """(rank, world size) that data sharding must use: always the GLOBAL rank."""
         return self.rank, self.world_size
 
+    def train_subset(self, targets: List[int]) -> Optional[List[int]]:
+        """Training-set indices this process may sample from before sharding (None: all).
+        Only the parameter server's non-IID split restricts it."""
+        return None
+
     def is_main(self) -> bool:
         return self.rank == 0
 

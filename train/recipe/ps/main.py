@@ -1,0 +1,135 @@
+"""train/ps.py: roles, RPC start-up and shutdown, and how a run ends (exit codes as the engine's:
+0 done, 1 failed, 2 bad input)."""
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import threading
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.distributed.rpc as rpc
+
+from ..config import UsageError, exit_on_usage_error, parse_args
+from ..data import build_loaders
+from ..models import build_model
+from ..runlog import RunLog, environment_info
+from ..strategies import Strategy, pick_device
+from . import evaluator, server as srv, wire
+from .config import PSConfig
+from .worker import Worker, WorkerStopped
+
+ENTRY = "ps"
+
+
+def rank_and_world() -> tuple:
+    """From torchrun (RANK, WORLD_SIZE) or from srun (SLURM_PROCID, SLURM_NTASKS)."""
+    for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if os.environ.get(rank_var) and os.environ.get(world_var):
+            return int(os.environ[rank_var]), int(os.environ[world_var])
+    return 0, 1
+
+
+# RPC's start-up calls a deprecated torch API internally; nothing for users to act on.
+warnings.filterwarnings("ignore", message="You are using a Backend")
+
+
+def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
+    # env:// joins torchrun's rendezvous store (or starts one at MASTER_ADDR:MASTER_PORT).
+    # A round may legitimately wait for the slowest worker, so calls may take --dist-timeout.
+    return rpc.TensorPipeRpcBackendOptions(rpc_timeout=cfg.dist_timeout, init_method="env://")
+
+
+def run_server(cfg: PSConfig, workers: int) -> int:
+    device = pick_device(cfg.device)
+    torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
+    _, val_loader, num_classes = build_loaders(cfg, Strategy(), device)
+    model = build_model(cfg.arch, num_classes, cfg.pretrained)  # stays on the CPU
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.logdir) / (cfg.run_name or f"{ENTRY}-{cfg.mode}-{cfg.arch}-{stamp}")
+    if (run_dir / "checkpoint.pth").is_file():
+        raise UsageError(f"{run_dir} already holds a run's checkpoint: choose another "
+                         "--run-name (the parameter server cannot resume yet)")
+    log = RunLog(run_dir, enabled=True)
+    cfg.save(run_dir / "config.json")
+    server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
+                                 run_dir)
+    srv._SERVER = server  # before RPC starts: workers call in as soon as it has
+    rpc.init_rpc(wire.SERVER, rank=0, world_size=workers + 1,
+                 rpc_backend_options=_rpc_options(cfg))
+    log.write("run", config=cfg.to_dict(), entry=ENTRY, strategy="ps", mode=cfg.mode,
+              world_size=workers + 1, workers=workers, backend="tensorpipe",
+              devices_per_process=1, slowdowns=list(cfg.slowdowns(workers)), split=cfg.split,
+              global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device),
+              **environment_info())
+    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
+              f"(slowdown {','.join(f'{f:g}' for f in cfg.slowdowns(workers))}, split "
+              f"{cfg.split}), batch {cfg.batch_size} per worker; logging to {run_dir}")
+    watchdog = threading.Thread(target=server.watch_workers, name="ps-watchdog", daemon=True)
+    watchdog.start()
+    server.finished.wait()
+    failed = server.failure is not None
+    try:
+        if not failed:
+            server.jobs.close()  # the last evaluation and checkpoint
+        reason = f"failed: {server.failure}" if failed else server.stop_reason
+        log.write("end", epoch=server.epoch, step=server.step, best_top1=server.best_top1,
+                  reason=reason, lost_workers=server.lost)
+        if failed:
+            print(f"error: parameter server: {server.failure}", file=sys.stderr, flush=True)
+    finally:
+        log.close()
+        val_loader.close()
+        # Graceful shutdown waits for every process; a lost worker never arrives.
+        _shutdown(graceful=not server.lost)
+    return 1 if failed else 0
+
+
+def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
+    worker = Worker(cfg, rank, workers, cfg.slowdowns(workers)[rank - 1])
+    rpc.init_rpc(wire.worker_name(rank), rank=rank, world_size=workers + 1,
+                 rpc_backend_options=_rpc_options(cfg))
+    try:
+        worker.run()
+    except WorkerStopped as err:
+        print(f"error: worker {rank}: the run stopped: {err}", file=sys.stderr, flush=True)
+        _shutdown(graceful=False)
+        return 1
+    finally:
+        worker.loader.close()
+    _shutdown(graceful=True)
+    return 0
+
+
+def _shutdown(graceful: bool) -> None:
+    if graceful:
+        try:
+            rpc.shutdown(graceful=True)
+            return
+        except Exception as err:  # a peer left early: nothing more to say to it
+            print(f"note: RPC shutdown: {str(err).splitlines()[0][:200]}", flush=True)
+    rpc.shutdown(graceful=False)
+
+
+def main(argv: Optional[list] = None, description: str = "") -> None:
+    try:
+        cfg = parse_args(argv, description, config_cls=PSConfig)
+        if cfg.evaluator:
+            evaluator.watch(cfg)
+            return
+        rank, world = rank_and_world()
+        if world < 2:
+            raise UsageError(f"the parameter server needs at least 2 processes (rank 0 serves, "
+                             f"the others are workers), got world size {world}: e.g. "
+                             f"torchrun --nproc_per_node=3 train/ps.py --mode {cfg.mode} ...")
+        cfg.slowdowns(world - 1)  # wrong length: every rank says so before any RPC starts
+        if rank == 0:
+            code = run_server(cfg, world - 1)
+        else:
+            code = run_worker(cfg, rank, world - 1)
+    except UsageError as err:
+        exit_on_usage_error(err)
+    sys.exit(code)

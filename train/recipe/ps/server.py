@@ -1,0 +1,455 @@
+"""The parameter server (rank 0): owns the model, applies updates, evaluates, checkpoints.
+
+RPC handlers run on the RPC agent's thread pool, several at once; one lock guards the model and
+the counters. Rounds of sync and esync are completed with futures (`async_execution`): a worker's
+push returns a future that is fulfilled when the last worker of the round has arrived, so no
+thread waits or polls. The forward pass never runs here during training; validation does, on
+snapshots, in a background thread.
+"""
+from __future__ import annotations
+
+import time
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed.rpc as rpc
+import torch.nn as nn
+
+from .. import checkpoint
+from ..schedule import LrMultiplier, scaled_lr
+from ..runlog import RunLog
+from . import wire
+from .evaluator import BackgroundJobs, evaluate
+from .state_service import EsyncStateService
+
+# How long a round may wait on a worker before the server asks whether it is still alive, and
+# how long that question may take. A live worker answers from its RPC threads even mid-step.
+PROBE_AFTER_S = 2.0
+PROBE_TIMEOUT_S = 5.0
+
+_SERVER: Optional["ParameterServer"] = None  # this process's server, for the RPC entry points
+
+
+# --- RPC entry points (module-level functions: RPC sends them by qualified name) ------------------
+@rpc.functions.async_execution
+def register(worker: int, steps_per_epoch: int) -> torch.futures.Future:
+    return _SERVER.register(worker, steps_per_epoch)
+
+
+@rpc.functions.async_execution
+def push_round(worker: int, tensors: List[torch.Tensor], bufs: List[torch.Tensor],
+               stats: dict) -> torch.futures.Future:
+    return _SERVER.push_round(worker, tensors, bufs, stats)
+
+
+def push_async(worker: int, grads: List[torch.Tensor], bufs: List[torch.Tensor],
+               stats: dict) -> wire.Reply:
+    return _SERVER.push_async(worker, grads, bufs, stats)
+
+
+def esync_should_step(worker: int, local_steps: int, elapsed: float,
+                      last_step_time: Optional[float]) -> bool:
+    return _SERVER.esync_should_step(worker, local_steps, elapsed, last_step_time)
+
+
+def goodbye(worker: int) -> None:
+    _SERVER.goodbye(worker)
+
+
+class WorkerFailure(Exception):
+    """A worker died or hung and the mode cannot go on without it."""
+
+
+class _Interval:
+    """Sums over one print interval: training metrics and per-worker timings."""
+
+    def __init__(self, workers: int):
+        self.start = time.perf_counter()
+        self.updates = 0
+        self.metrics = {"count": 0.0, "loss": 0.0, "correct1": 0.0, "correct5": 0.0}
+        self.per_worker: Dict[int, Dict[str, float]] = {w: {} for w in range(1, workers + 1)}
+
+    def add(self, worker: int, stats: dict) -> None:
+        for k in self.metrics:
+            self.metrics[k] += stats[k]
+        sums = self.per_worker[worker]
+        for k in ("steps", "count", "compute_time", "comm_time", "wait_time", "data_time",
+                  "local_steps", "staleness", "pushes"):
+            sums[k] = sums.get(k, 0.0) + stats.get(k, 0.0)
+        sums["staleness_max"] = max(sums.get("staleness_max", 0), stats.get("staleness", 0))
+        sums["bytes_pushed"], sums["bytes_pulled"] = stats["bytes_pushed"], stats["bytes_pulled"]
+
+
+class ParameterServer:
+    def __init__(self, cfg, model: nn.Module, num_classes: int, workers: int, val_loader,
+                 eval_device: torch.device, log: RunLog, run_dir: Path):
+        self.cfg, self.mode, self.workers = cfg, cfg.mode, workers
+        self.model, self.num_classes = model, num_classes
+        self.params, self.bufs = wire.parameters(model), wire.buffers(model)
+        self.val_loader, self.eval_device, self.log, self.run_dir = (
+            val_loader, eval_device, log, run_dir)
+        self.lock = threading.Lock()
+        self.finished = threading.Event()  # training over (or failed); set under the lock
+        self.failure: Optional[str] = None
+        self.stop_reason: Optional[str] = None
+
+        # Counters. A "step" is one server update: a round (sync, esync) or one push (async).
+        self.step = 0
+        self.samples = 0
+        self.epoch = 0
+        self.best_top1 = 0.0
+        self.live = set(range(1, workers + 1))
+        self.lost: Dict[int, str] = {}
+        self.said_goodbye: set = set()
+        self.last_contact = {w: time.monotonic() for w in self.live}
+
+        b = cfg.batch_size
+        # sync: the mean gradient of N batches, so the lr of a global batch N*b (as DDP);
+        # async: each update is one worker's batch of b.
+        self.base_lr = scaled_lr(cfg, b * workers if self.mode == "sync" else b)
+        self.optimizer = None
+        if self.mode in ("sync", "async"):
+            self.optimizer = torch.optim.SGD(self.params, lr=self.base_lr,
+                                             momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        self.state_service = EsyncStateService(workers, cfg.max_local_steps)
+
+        self._registered: Dict[int, int] = {}
+        self._register_futures: List[torch.futures.Future] = []
+        self._round: Dict[int, tuple] = {}  # worker -> (future, arrival time)
+        self._round_sum: List[Optional[torch.Tensor]] = [None] * len(self.params)
+        self._round_bufs: List[Optional[torch.Tensor]] = [None] * len(self.bufs)
+        self._round_started: Optional[float] = None
+        self.jobs = BackgroundJobs()
+        self._eval_model: Optional[nn.Module] = None
+        self._train_t0 = time.monotonic()
+
+    # --- start: every worker registers, then all get the initial model at once ------------------
+    def register(self, worker: int, steps_per_epoch: int) -> torch.futures.Future:
+        future = torch.futures.Future()
+        with self.lock:
+            self.last_contact[worker] = time.monotonic()
+            self._registered[worker] = steps_per_epoch
+            self._register_futures.append(future)
+            if len(self._registered) < self.workers:
+                return future
+            # One epoch = every worker through its own shard once (with -b per worker).
+            self.samples_per_epoch = sum(self._registered.values()) * self.cfg.batch_size
+            # The schedule counts sync-sized steps (N batches), whatever the mode.
+            self.schedule = LrMultiplier(self.cfg, max(1, self.samples_per_epoch // (
+                self.cfg.batch_size * self.workers)))
+            self._interval = _Interval(self.workers)
+            self._epoch_started = time.perf_counter()
+            self._epoch_metrics = {k: 0.0 for k in self._interval.metrics}
+            self.log.restart_clock()
+            self._train_t0 = time.monotonic()
+            reply = self._reply()
+            futures, self._register_futures = self._register_futures, []
+        for f in futures:
+            f.set_result(reply)
+        return future
+
+    def _lr_multiplier(self) -> float:
+        return self.schedule(self.samples // (self.cfg.batch_size * self.workers))
+
+    def _reply(self, **extra) -> wire.Reply:
+        """The current model for a worker, with what it needs to know (under the lock)."""
+        control = {"step": self.step, "stop": self.stop_reason is not None,
+                   "lr_multiplier": self._lr_multiplier(), "lost": sorted(self.lost), **extra}
+        return wire.snapshot(self.params), wire.snapshot(self.bufs), control
+
+    # --- sync and esync: rounds ----------------------------------------------------------------
+    def push_round(self, worker: int, tensors, bufs, stats: dict) -> torch.futures.Future:
+        """sync: `tensors` are gradients; esync: model deltas since the round's start."""
+        future = torch.futures.Future()
+        with self.lock:
+            if self.failure:
+                future.set_exception(WorkerFailure(self.failure))
+                return future
+            now = time.monotonic()
+            self.last_contact[worker] = now
+            if not self._round:
+                self._round_started = now
+            first = not self._round
+            for i, t in enumerate(tensors):
+                if first:
+                    self._round_sum[i] = t.clone()
+                else:
+                    self._round_sum[i] += t
+            wire.average_buffers(self._round_bufs, bufs, first)
+            self._round[worker] = (future, now)
+            self._interval.add(worker, stats)
+            self.samples += int(stats["count"])
+            if len(self._round) < len(self.live):
+                return future
+            self._apply_round()
+            arrivals, self._round = self._round, {}
+            self._after_update()
+            params, bufs_now, control = self._reply()
+            released = time.monotonic()
+        for w, (f, arrived) in arrivals.items():
+            f.set_result((params, bufs_now, {**control, "wait_time": released - arrived}))
+        return future
+
+    @torch.no_grad()
+    def _apply_round(self) -> None:
+        n = len(self._round)
+        if self.mode == "sync":
+            # The same update as DDP: SGD on the mean of the workers' gradients.
+            for p, g in zip(self.params, self._round_sum):
+                p.grad = g.div_(n)
+            self._set_lr()
+            self.optimizer.step()
+            for p in self.params:
+                p.grad = None
+        else:
+            # ESync: move the global model by the mean of the workers' local progress.
+            scale = self.cfg.global_lr / n
+            for p, delta in zip(self.params, self._round_sum):
+                p.add_(delta, alpha=scale)
+        wire.divide_float(self._round_bufs, n)
+        for b, mean in zip(self.bufs, self._round_bufs):
+            b.copy_(mean)
+        self._round_sum = [None] * len(self.params)
+
+    def _set_lr(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.base_lr * self._lr_multiplier()
+
+    def esync_should_step(self, worker: int, local_steps: int, elapsed: float,
+                          last_step_time: Optional[float]) -> bool:
+        if last_step_time is not None:
+            self.state_service.report(worker - 1, last_step_time)
+        self.last_contact[worker] = time.monotonic()
+        return self.state_service.should_step(worker - 1, local_steps, elapsed)
+
+    # --- async: every push is an update -----------------------------------------------------------
+    @torch.no_grad()
+    def push_async(self, worker: int, grads, bufs, stats: dict) -> wire.Reply:
+        with self.lock:
+            if self.failure:
+                raise WorkerFailure(self.failure)
+            self.last_contact[worker] = time.monotonic()
+            # Staleness: how many updates other workers made since this gradient's weights.
+            staleness = self.step - stats["pulled_step"]
+            self._interval.add(worker, {**stats, "staleness": staleness})
+            self.samples += int(stats["count"])
+            for p, g in zip(self.params, grads):
+                p.grad = g
+            self._set_lr()
+            self.optimizer.step()
+            for p in self.params:
+                p.grad = None
+            for b, value in zip(self.bufs, bufs):  # the newest worker's BatchNorm statistics
+                b.copy_(value)
+            self._after_update()
+            return self._reply(staleness=staleness)
+
+    # --- after every update: epochs, logging, evaluation, checkpoints, the end --------------------
+    def _after_update(self) -> None:
+        cfg = self.cfg
+        self.step += 1
+        self._interval.updates += 1
+        if self._interval.updates >= cfg.print_freq:
+            self._log_interval()
+        epoch_now = min(self.samples // self.samples_per_epoch, cfg.epochs)
+        while self.epoch < epoch_now:
+            self._end_epoch()
+        if cfg.eval_every > 0 and self.step % cfg.eval_every == 0:
+            self._submit_eval(checkpoint_after=False)
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self._submit_checkpoint(is_best=False)
+        if self.epoch >= cfg.epochs and self.stop_reason is None:
+            self.stop_reason = "finished"
+
+    def _log_interval(self) -> None:
+        iv, self._interval = self._interval, _Interval(self.workers)
+        seconds = time.perf_counter() - iv.start
+        for k, v in iv.metrics.items():
+            self._epoch_metrics[k] += v
+        if iv.metrics["count"] == 0:
+            return
+        stats = self._summary(iv.metrics)
+        img_s = stats["count"] / seconds
+        lr = self.base_lr * self._lr_multiplier()
+        self.log.write("train", epoch=self.epoch, step=self.step, mode=self.mode, **stats,
+                       lr=lr, img_s=img_s, img_s_per_proc=img_s / len(self.live),
+                       step_time=seconds / iv.updates, live_workers=len(self.live),
+                       data_time=_mean(iv.per_worker, "data_time", "steps"))
+        for w, sums in iv.per_worker.items():
+            if not sums:
+                continue
+            pushes = max(sums["pushes"], 1)
+            self.log.write(
+                "worker", worker=w, step=self.step, samples=int(sums["count"]),
+                steps=int(sums["steps"]), compute_time=sums["compute_time"],
+                comm_time=sums["comm_time"], wait_time=sums["wait_time"],
+                data_time=sums["data_time"], seconds=seconds,
+                bytes_pushed=sums["bytes_pushed"], bytes_pulled=sums["bytes_pulled"],
+                local_steps=sums["local_steps"] / pushes if self.mode == "esync" else None,
+                staleness=sums["staleness"] / pushes if self.mode == "async" else None,
+                staleness_max=sums["staleness_max"] if self.mode == "async" else None)
+        self.log.print(
+            f"Epoch [{self.epoch}] step {self.step:>5}  loss {stats['loss']:.4f}  top1 "
+            f"{stats['top1']:6.2f}  lr {lr:.4g}  img/s {img_s:.1f}  " + "  ".join(
+                f"w{w}:{_worker_summary(self.mode, s)}" for w, s in iv.per_worker.items() if s))
+
+    @staticmethod
+    def _summary(metrics: Dict[str, float]) -> Dict[str, float]:
+        from ..metrics import summarize
+        return summarize(metrics)
+
+    def _end_epoch(self) -> None:
+        self._log_interval()
+        started, now = self._epoch_started, time.perf_counter()
+        stats = self._summary(self._epoch_metrics)
+        self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
+                       img_s=stats["count"] / (now - started),
+                       img_s_per_proc=stats["count"] / (now - started) / len(self.live),
+                       epoch_time=now - started, skipped=0)
+        self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  top1 "
+                       f"{stats['top1']:.3f}  {stats['count'] / (now - started):.1f} img/s  "
+                       f"{now - started:.1f}s")
+        self._epoch_started = now
+        self._epoch_metrics = {k: 0.0 for k in self._epoch_metrics}
+        if self.cfg.eval_every == 0:
+            self._submit_eval(checkpoint_after=True)
+        else:
+            self._submit_checkpoint(is_best=False)
+        self.epoch += 1
+
+    # --- background work on snapshots ---------------------------------------------------------
+    def _snapshot_state(self) -> dict:
+        state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        optimizer = {} if self.optimizer is None else _clone(self.optimizer.state_dict())
+        return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
+                "optimizer": optimizer, "epoch": self.epoch + 1, "epoch_step": 0,
+                "step": self.step, "samples": self.samples, "mode": self.mode,
+                "world_size": self.workers + 1, "config": self.cfg.to_dict()}
+
+    def _submit_eval(self, checkpoint_after: bool) -> None:
+        state = self._snapshot_state()
+        epoch, step = self.epoch, self.step
+        taken = time.monotonic() - self._train_t0
+        self.jobs.submit(lambda: self._evaluate(state, epoch, step, taken, checkpoint_after))
+
+    def _submit_checkpoint(self, is_best: bool) -> None:
+        state = self._snapshot_state()
+        self.jobs.submit(lambda: self._write_checkpoint(state, is_best))
+
+    def _evaluate(self, state: dict, epoch: int, step: int, taken: float,
+                  checkpoint_after: bool) -> None:
+        if self._eval_model is None:
+            from ..models import build_model
+            self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
+        self._eval_model.load_state_dict(state["model"])
+        stats = evaluate(self._eval_model, self.val_loader, self.eval_device)
+        is_best = stats["top1"] > self.best_top1
+        self.best_top1 = max(self.best_top1, stats["top1"])
+        self.log.write("val", epoch=epoch, step=step, train_elapsed=taken, **stats, skipped=0)
+        self.log.print(f" * Val epoch {epoch} step {step}: loss {stats['loss']:.4f}  top1 "
+                       f"{stats['top1']:.3f}  top5 {stats['top5']:.3f}  ({stats['count']} "
+                       f"images, {stats['time']:.1f}s)")
+        if checkpoint_after:
+            self._write_checkpoint(state, is_best)
+        if self.cfg.desired_acc is not None and stats["top1"] >= self.cfg.desired_acc:
+            with self.lock:
+                if self.stop_reason is None:
+                    self.stop_reason = f"reached --desired-acc {self.cfg.desired_acc}"
+
+    def _write_checkpoint(self, state: dict, is_best: bool) -> None:
+        start = time.perf_counter()
+        state["best_top1"] = self.best_top1
+        path = checkpoint.save(state, self.run_dir, is_best)
+        self.log.write("checkpoint", epoch=state["epoch"] - 1, step=state["step"],
+                       path=str(path), best=is_best, seconds=time.perf_counter() - start)
+
+    # --- the end, and failures ---------------------------------------------------------------------
+    def goodbye(self, worker: int) -> None:
+        with self.lock:
+            self.said_goodbye.add(worker)
+            self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self.live <= self.said_goodbye:
+            self.finished.set()
+
+    def watch_workers(self) -> None:
+        """Runs in its own thread until the end: finds dead or hung workers."""
+        while not self.finished.wait(1.0):
+            with self.lock:
+                now = time.monotonic()
+                if self._round:
+                    suspects = [w for w in self.live if w not in self._round]
+                    waited = now - self._round_started
+                else:
+                    suspects = [w for w in self.live if w not in self.said_goodbye
+                                and now - self.last_contact[w] > PROBE_AFTER_S]
+                    waited = min((now - self.last_contact[w] for w in suspects), default=0.0)
+            if waited < PROBE_AFTER_S:
+                continue
+            for w in suspects:
+                reason = _probe(w)
+                if reason is None and waited > self.cfg.dist_timeout:
+                    reason = (f"alive but silent for {waited:.0f} s (--dist-timeout "
+                              f"{self.cfg.dist_timeout:g})")
+                if reason is not None:
+                    self._lose(w, reason)
+
+    def _lose(self, worker: int, reason: str) -> None:
+        with self.lock:
+            if worker not in self.live:
+                return
+            self.live.discard(worker)
+            self.lost[worker] = reason
+            self.log.write("worker_lost", worker=worker, step=self.step, reason=reason,
+                           live_workers=len(self.live))
+            self.log.print(f"=> worker {worker} lost at step {self.step}: {reason}")
+            if self.mode == "async" and self.live:
+                # async needs nobody in particular: carry on with the others
+                self._maybe_finish()
+                return
+            self.failure = (f"worker {worker} was lost at server step {self.step} ({reason}); "
+                            f"--mode {self.mode} needs every worker in every round, so the run "
+                            "stops (--mode async carries on without lost workers)")
+            waiting, self._round = self._round, {}
+            self.finished.set()
+        for future, _ in waiting.values():
+            future.set_exception(WorkerFailure(self.failure))
+
+
+def _probe(worker: int) -> Optional[str]:
+    """None if the worker's process answers, else why not."""
+    try:
+        rpc.rpc_sync(wire.worker_name(worker), wire.ping, timeout=PROBE_TIMEOUT_S)
+        return None
+    except Exception as err:  # connection refused / reset / timeout
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"its process does not answer: {first[:200]}"
+
+
+def _clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clone(v) for v in obj]
+    return obj
+
+
+def _mean(per_worker: Dict[int, Dict[str, float]], key: str, per: str) -> float:
+    total = sum(s.get(key, 0.0) for s in per_worker.values())
+    count = sum(s.get(per, 0.0) for s in per_worker.values())
+    return total / count if count else 0.0
+
+
+def _worker_summary(mode: str, s: Dict[str, float]) -> str:
+    pushes = max(s["pushes"], 1)
+    text = f"{s['compute_time'] / pushes:.2f}s+{s['comm_time'] / pushes:.2f}s"
+    if mode == "esync":
+        text += f" x{s['local_steps'] / pushes:.1f}"
+    if mode == "async":
+        text += f" st{s['staleness'] / pushes:.1f}"
+    return text
