@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 DATA_BACKENDS = ("pytorch", "synthetic", "dali-cpu", "dali-gpu")
@@ -30,6 +30,17 @@ APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-
 
 class UsageError(Exception):
     """Bad input from the user: reported as one clear message and exit status 2."""
+
+
+def parse_slowdown(text: str) -> Tuple[float, ...]:
+    try:
+        factors = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--worker-slowdown takes comma-separated numbers, e.g. 1,1,3; got "
+                         f"{text!r}") from None
+    if not factors or any(f < 1.0 for f in factors):
+        raise UsageError(f"--worker-slowdown factors must be >= 1 (1 = full speed), got {text!r}")
+    return factors
 
 
 def opt(*flags: str, help: str, **argparse_kwargs: Any) -> dict:
@@ -113,6 +124,10 @@ class TrainConfig:
     steps_per_epoch: int = field(default=0, metadata=opt(
         "--steps-per-epoch", help="cap optimizer steps per epoch (0: the whole epoch); for "
                                   "benchmarks and sweeps"))
+    worker_slowdown: Optional[str] = field(default=None, metadata=opt(
+        "--worker-slowdown", help="emulated heterogeneity: per-process step-time factors, "
+                                  "e.g. 1,1,3 (the third process sleeps 2x its compute time "
+                                  "after each step; default: all 1)"))
     desired_acc: Optional[float] = field(default=None, metadata=opt(
         "--desired-acc", help="stop once validation top-1 (%%) reaches this value"))
     seed: Optional[int] = field(default=None, metadata=opt(
@@ -158,6 +173,16 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def slowdowns(self, processes: int, what: str = "processes") -> Tuple[float, ...]:
+        """One --worker-slowdown factor per process (or per parameter-server worker)."""
+        if self.worker_slowdown is None:
+            return (1.0,) * processes
+        factors = parse_slowdown(self.worker_slowdown)
+        if len(factors) != processes:
+            raise UsageError(f"--worker-slowdown has {len(factors)} factors but there are "
+                             f"{processes} {what}: give one factor each")
+        return factors
 
     def validate_extra(self) -> None:
         """Checks of a subclass's own fields (the parameter server's, say)."""
@@ -253,6 +278,8 @@ def validate(cfg: TrainConfig) -> None:
                                             or cfg.powersgd_start_step < 2):
         raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "
                          "(error feedback needs one uncompressed step)")
+    if cfg.worker_slowdown is not None:
+        parse_slowdown(cfg.worker_slowdown)
     if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:
         raise UsageError("--steps-per-epoch and --checkpoint-every must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:

@@ -46,6 +46,7 @@ class Trainer:
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
         self.device = strategy.setup(cfg)
+        self.slowdown = cfg.slowdowns(strategy.world_size)[strategy.rank]
         self.seed = cfg.seed if cfg.seed is not None else 0
         torch.manual_seed(self.seed)  # same initial weights on every rank
         if cfg.deterministic:
@@ -197,6 +198,7 @@ class Trainer:
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
         last_logged = start
         for epoch_step in range(start, self.steps_per_epoch):
+            step_start = time.perf_counter()
             for micro in range(cfg.grad_accum):
                 t = time.perf_counter()
                 images, targets = next(batches)
@@ -214,6 +216,8 @@ class Trainer:
             self.optimizer.zero_grad()  # set_to_none by default; Horovod's takes no arguments
             self.scheduler.step()
             self.step += 1
+            if self.slowdown > 1:  # --worker-slowdown: this process emulates a slower device
+                time.sleep((self.slowdown - 1) * (time.perf_counter() - step_start))
 
             done = epoch_step + 1
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:

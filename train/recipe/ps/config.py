@@ -2,23 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Optional
 
 from ..config import TrainConfig, UsageError, opt
 
 MODES = ("sync", "async", "esync")
 SPLITS = ("iid", "by-class")
-
-
-def _slowdown(text: str) -> Tuple[float, ...]:
-    try:
-        factors = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"--worker-slowdown takes comma-separated numbers, e.g. 1,1,3; got "
-                         f"{text!r}") from None
-    if not factors or any(f < 1.0 for f in factors):
-        raise UsageError(f"--worker-slowdown factors must be >= 1 (1 = full speed), got {text!r}")
-    return factors
 
 
 @dataclass
@@ -30,9 +19,6 @@ class PSConfig(TrainConfig):
                        "deltas are averaged", choices=MODES))
     num_servers: int = field(default=1, metadata=opt(
         "--num-servers", help="parameter servers (only 1 is implemented)"))
-    worker_slowdown: Optional[str] = field(default=None, metadata=opt(
-        "--worker-slowdown", help="per-worker step-time factors, e.g. 1,1,3: worker 3 takes 3x "
-                                  "as long per step (emulated heterogeneity; default all 1)"))
     split: str = field(default="iid", metadata=opt(
         "--split", help="iid: every worker samples all classes; by-class: worker i gets "
                         "classes i, i+N, ... (non-IID)", choices=SPLITS))
@@ -52,22 +38,10 @@ class PSConfig(TrainConfig):
         "--evaluator-idle-timeout", help="evaluator mode: stop after this many seconds "
                                          "without a new checkpoint"))
 
-    def slowdowns(self, workers: int) -> Tuple[float, ...]:
-        if self.worker_slowdown is None:
-            return (1.0,) * workers
-        factors = _slowdown(self.worker_slowdown)
-        if len(factors) != workers:
-            raise UsageError(f"--worker-slowdown has {len(factors)} factors but there are "
-                             f"{workers} workers (world size {workers + 1} - 1 server): give "
-                             "one factor per worker")
-        return factors
-
     def validate_extra(self) -> None:
         if self.num_servers != 1:
             raise UsageError("--num-servers: only one parameter server is implemented (rank 0); "
                              "sharding the model over k servers is not done yet")
-        if self.worker_slowdown is not None:
-            _slowdown(self.worker_slowdown)
         if self.eval_every < -1:
             raise UsageError("--eval-every must be >= -1")
         if self.global_lr <= 0 or (self.local_lr is not None and self.local_lr <= 0):

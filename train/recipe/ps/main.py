@@ -62,16 +62,19 @@ def run_server(cfg: PSConfig, workers: int) -> int:
                  rpc_backend_options=_rpc_options(cfg))
     log.write("run", config=cfg.to_dict(), entry=ENTRY, strategy="ps", mode=cfg.mode,
               world_size=workers + 1, workers=workers, backend="tensorpipe",
-              devices_per_process=1, slowdowns=list(cfg.slowdowns(workers)), split=cfg.split,
+              devices_per_process=1, slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
               global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device),
               **environment_info())
+    slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
-              f"(slowdown {','.join(f'{f:g}' for f in cfg.slowdowns(workers))}, split "
+              f"(slowdown {slowdowns}, split "
               f"{cfg.split}), batch {cfg.batch_size} per worker; logging to {run_dir}")
     watchdog = threading.Thread(target=server.watch_workers, name="ps-watchdog", daemon=True)
     watchdog.start()
     server.finished.wait()
     failed = server.failure is not None
+    # After a failure the other workers are being told; let them hear it before leaving.
+    server.departed.wait(timeout=10.0)
     try:
         if not failed:
             server.jobs.close()  # the last evaluation and checkpoint
@@ -89,18 +92,19 @@ def run_server(cfg: PSConfig, workers: int) -> int:
 
 
 def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
-    worker = Worker(cfg, rank, workers, cfg.slowdowns(workers)[rank - 1])
+    worker = Worker(cfg, rank, workers, cfg.slowdowns(workers, "workers")[rank - 1])
     rpc.init_rpc(wire.worker_name(rank), rank=rank, world_size=workers + 1,
                  rpc_backend_options=_rpc_options(cfg))
     try:
         worker.run()
     except WorkerStopped as err:
         print(f"error: worker {rank}: the run stopped: {err}", file=sys.stderr, flush=True)
+        worker.say_goodbye()
         _shutdown(graceful=False)
         return 1
     finally:
         worker.loader.close()
-    _shutdown(graceful=True)
+    _shutdown(graceful=not worker.lost_peers)  # a lost peer would never join a graceful one
     return 0
 
 
@@ -125,7 +129,8 @@ def main(argv: Optional[list] = None, description: str = "") -> None:
             raise UsageError(f"the parameter server needs at least 2 processes (rank 0 serves, "
                              f"the others are workers), got world size {world}: e.g. "
                              f"torchrun --nproc_per_node=3 train/ps.py --mode {cfg.mode} ...")
-        cfg.slowdowns(world - 1)  # wrong length: every rank says so before any RPC starts
+        # A wrong-length list: every rank says so before any RPC starts.
+        cfg.slowdowns(world - 1, "workers (world size - 1 server)")
         if rank == 0:
             code = run_server(cfg, world - 1)
         else:

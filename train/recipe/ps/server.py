@@ -91,7 +91,8 @@ class ParameterServer:
         self.val_loader, self.eval_device, self.log, self.run_dir = (
             val_loader, eval_device, log, run_dir)
         self.lock = threading.Lock()
-        self.finished = threading.Event()  # training over (or failed); set under the lock
+        self.finished = threading.Event()  # training over, or failed
+        self.departed = threading.Event()  # every live worker has said goodbye
         self.failure: Optional[str] = None
         self.stop_reason: Optional[str] = None
 
@@ -108,7 +109,10 @@ class ParameterServer:
         b = cfg.batch_size
         # sync: the mean gradient of N batches, so the lr of a global batch N*b (as DDP);
         # async: each update is one worker's batch of b.
+        # esync: the server only averages; the logged lr is the workers' local one.
         self.base_lr = scaled_lr(cfg, b * workers if self.mode == "sync" else b)
+        if self.mode == "esync" and cfg.local_lr:
+            self.base_lr = cfg.local_lr
         self.optimizer = None
         if self.mode in ("sync", "async"):
             self.optimizer = torch.optim.SGD(self.params, lr=self.base_lr,
@@ -373,6 +377,7 @@ class ParameterServer:
 
     def _maybe_finish(self) -> None:
         if self.live <= self.said_goodbye:
+            self.departed.set()
             self.finished.set()
 
     def watch_workers(self) -> None:

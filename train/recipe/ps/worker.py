@@ -70,6 +70,7 @@ class Worker:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.bytes_pushed = self.bytes_pulled = 0
         self.step = 0  # the server step of the weights this worker holds
+        self.lost_peers: list = []  # workers the server has given up on
 
     # --- helpers ------------------------------------------------------------------------------
     def _batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, float]]:
@@ -85,18 +86,24 @@ class Worker:
     def _call(self, fn, *args):
         """A blocking call to the server; its failures end this worker with the reason."""
         try:
-            return rpc.rpc_sync(wire.SERVER, fn, args=args)
+            result = rpc.rpc_sync(wire.SERVER, fn, args=args)
         except Exception as err:
             text = str(err).strip()
             reason = next((line for line in text.splitlines() if "worker" in line
                            and "lost" in line), text.splitlines()[0] if text else repr(err))
             raise WorkerStopped(reason[:500]) from None
+        # A round the server failed arrives as the exception object itself (async_execution
+        # futures carry exceptions as values).
+        if isinstance(result, BaseException):
+            raise WorkerStopped(str(result)[:500])
+        return result
 
     def _take(self, reply: wire.Reply) -> dict:
         params, bufs, control = reply
         wire.load_into(self.model, params, bufs)
         self.bytes_pulled += wire.nbytes(params) + wire.nbytes(bufs)
         self.step = control["step"]
+        self.lost_peers = control["lost"]
         return control
 
     def _compute(self, images, targets) -> dict:
@@ -138,6 +145,13 @@ class Worker:
         if not control["stop"]:
             loop()
         self._call(srv.goodbye, self.worker)
+
+    def say_goodbye(self) -> None:
+        """After a failure: tell the server we heard, if it is still there."""
+        try:
+            rpc.rpc_sync(wire.SERVER, srv.goodbye, args=(self.worker,), timeout=5)
+        except Exception:
+            pass
 
     def _gradient_loop(self) -> None:
         fn = srv.push_round if self.cfg.mode == "sync" else srv.push_async

@@ -1,0 +1,235 @@
+"""Parameter server (train/ps.py) on CPU: real processes, real RPC (TensorPipe on loopback)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, TINY, TRAIN, _env, read_jsonl, records, run_script
+
+sys.path.insert(0, str(TRAIN))
+from recipe.data import ShardedSampler  # noqa: E402
+from recipe.ps.state_service import EsyncStateService  # noqa: E402
+from recipe.ps.worker import WorkerShard  # noqa: E402
+from recipe.strategies import free_port  # noqa: E402
+
+STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
+# Settings under which async and esync learn the tiny set within 3 epochs (momentum 0.9 with
+# stale gradients makes async oscillate on 64 images).
+LEARN_ARGS = TINY + ["-b", "8", "--lr", "0.1", "--momentum", "0.5", "--seed", "2",
+                     "--epochs", "3", "--worker-slowdown", "1,3"]
+
+
+def _params(run_dir):
+    state = torch.load(run_dir / "checkpoint.pth", map_location="cpu", weights_only=True)
+    return {k: v for k, v in state["model"].items() if "running" not in k
+            and "num_batches" not in k}
+
+
+def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
+    """Same global batch, data order and lr: the server's SGD on the workers' mean gradient is
+    DDP's update. With 2 workers the sums are even bitwise equal; allow fp32 rounding."""
+    common = STEP_ARGS + ["--epochs", "1", "--steps-per-epoch", "4", "--logdir", tmp_path,
+                          tiny_imagefolder]
+    run_script("ps.py", common + ["--mode", "sync", "--run-name", "ps"], nproc=3)
+    run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
+    run_script("ps.py", common + ["--mode", "async", "--run-name", "async"], nproc=3)
+    ps, ddp, async_ = (_params(tmp_path / name) for name in ("ps", "ddp", "async"))
+    assert ps.keys() == ddp.keys()
+    for name in ps:
+        torch.testing.assert_close(ps[name], ddp[name], rtol=1e-5, atol=1e-6, msg=name)
+    ps_losses = [r["loss"] for r in records(tmp_path / "ps", "train")]
+    assert ps_losses == pytest.approx([r["loss"] for r in records(tmp_path / "ddp", "train")],
+                                      rel=1e-5)
+    assert len(ps_losses) == 4 and len(set(ps_losses)) == 4
+    # Sensitivity: async applies each gradient alone, a different computation.
+    assert max((async_[k] - ddp[k]).abs().max().item() for k in ddp) > 1e-3
+    run = records(tmp_path / "ps", "run")[0]
+    assert (run["strategy"], run["mode"], run["workers"], run["world_size"]) == ("ps", "sync",
+                                                                                 2, 3)
+    assert records(tmp_path / "ps", "end")[0]["reason"] == "finished"
+
+
+def _loss_falls(run_dir, factor=0.8):
+    epochs = records(run_dir, "train_epoch")
+    assert len(epochs) == 3
+    assert epochs[-1]["loss"] < factor * epochs[0]["loss"], [e["loss"] for e in epochs]
+
+
+def _per_worker(run_dir, key):
+    out = {}
+    for r in records(run_dir, "worker"):
+        if r[key] is not None:
+            out.setdefault(r["worker"], []).append(r[key])
+    return out
+
+
+def test_async_trains_with_staleness_recorded(tiny_imagefolder, tmp_path):
+    run_script("ps.py", LEARN_ARGS + ["--mode", "async", "--logdir", tmp_path,
+                                      "--run-name", "a", tiny_imagefolder], nproc=3)
+    run_dir = tmp_path / "a"
+    _loss_falls(run_dir)
+    staleness = _per_worker(run_dir, "staleness")
+    assert set(staleness) == {1, 2}
+    # The slow worker's gradients are older: the fast one updates while it computes.
+    mean = {w: sum(v) / len(v) for w, v in staleness.items()}
+    assert mean[2] > mean[1] and mean[2] >= 1.0
+    samples = {w: sum(v) for w, v in _per_worker(run_dir, "samples").items()}
+    assert samples[1] > 1.5 * samples[2]  # the fast worker pushes more often
+    last = records(run_dir, "worker")[-1]
+    assert last["bytes_pushed"] > 0 and last["bytes_pulled"] > 0
+    assert [v["count"] for v in records(run_dir, "val")] == [20, 20, 20]
+
+
+def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path):
+    run_script("ps.py", LEARN_ARGS + ["--mode", "esync", "--logdir", tmp_path,
+                                      "--run-name", "e", tiny_imagefolder], nproc=3)
+    run_dir = tmp_path / "e"
+    _loss_falls(run_dir)
+    local = _per_worker(run_dir, "local_steps")
+    # The slowest worker takes exactly one step per round; the 3x faster one about three.
+    assert all(v == 1.0 for v in local[2])
+    later = local[1][1:]  # the first round measures everyone's speed with one step each
+    assert sum(later) / len(later) >= 2.0
+    assert records(run_dir, "end")[0]["reason"] == "finished"
+
+
+def _start_ranks(args, world, tmp_path):
+    """The ranks as separate processes, as srun would start them (no torchrun agent that
+    would stop everyone when one exits)."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
+        out = open(tmp_path / f"rank{rank}.txt", "w")
+        procs.append(subprocess.Popen([sys.executable, str(TRAIN / "ps.py"), *map(str, args)],
+                                      stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO))
+    return procs
+
+
+def _wait_for_training(run_dir, procs, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "log.jsonl").is_file() and records(run_dir, "train"):
+            return
+        assert all(p.poll() is None for p in procs), "a rank exited before training started"
+        time.sleep(0.5)
+    raise AssertionError("training did not start")
+
+
+def _kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_dead_worker(tiny_imagefolder, tmp_path, mode):
+    """sync: every process stops within a bounded time with an error naming the lost worker.
+    async: the server carries on with the other worker, logs the loss and finishes."""
+    epochs = "60" if mode == "sync" else "4"
+    args = STEP_ARGS + ["--mode", mode, "--epochs", epochs, "--logdir", tmp_path,
+                        "--run-name", mode, "--eval-every", "-1", tiny_imagefolder]
+    procs = _start_ranks(args, 3, tmp_path)
+    try:
+        _wait_for_training(tmp_path / mode, procs)
+        procs[2].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        codes = [p.wait(timeout=120) for p in procs[:2]]
+        took = time.monotonic() - killed
+    finally:
+        _kill_all(procs)
+    server_out = (tmp_path / "rank0.txt").read_text()
+    lost = records(tmp_path / mode, "worker_lost")
+    assert [r["worker"] for r in lost] == [2], server_out[-2000:]
+    end = records(tmp_path / mode, "end")[0]
+    if mode == "sync":
+        assert codes == [1, 1], server_out[-2000:]
+        assert took < 30
+        assert "worker 2 was lost" in server_out
+        assert "worker 2 was lost" in (tmp_path / "rank1.txt").read_text()
+        assert end["reason"].startswith("failed")
+    else:
+        assert codes == [0, 0], server_out[-2000:]
+        assert end["reason"] == "finished"
+        after = [r for r in records(tmp_path / mode, "train") if r["step"] > lost[0]["step"]]
+        assert after and all(r["live_workers"] == 1 for r in after)
+
+
+def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
+    """The separate evaluator reproduces the server's own validation of the final weights."""
+    run_script("ps.py", STEP_ARGS + ["--mode", "sync", "--epochs", "1", "--steps-per-epoch",
+                                     "3", "--logdir", tmp_path, "--run-name", "run",
+                                     tiny_imagefolder], nproc=3)
+    proc = run_script("ps.py", TINY + ["--evaluator", tmp_path / "run", "--logdir", tmp_path,
+                                       "--evaluator-idle-timeout", "30", tiny_imagefolder])
+    assert "the watched run has ended" in proc.stdout
+    mine = records(tmp_path / "run-eval", "val")
+    server = records(tmp_path / "run", "val")
+    assert len(mine) == 1 and mine[0]["step"] == server[-1]["step"] == 3
+    assert mine[0]["count"] == 20
+    assert mine[0]["top1"] == server[-1]["top1"]
+    assert mine[0]["loss"] == pytest.approx(server[-1]["loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mode", "bsp"], "invalid choice"),
+    (["--worker-slowdown", "1,0.5"], "must be >= 1"),
+    (["--opt-level", "O1"], "not supported by the parameter server"),
+])
+def test_bad_arguments_exit_2(tiny_imagefolder, tmp_path, args, message):
+    proc = run_script("ps.py", TINY + args + ["--logdir", tmp_path, tiny_imagefolder],
+                      check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
+    """Checked on every rank before RPC starts, so nobody waits for a peer that gave up."""
+    procs = _start_ranks(TINY + ["--worker-slowdown", "1,2,3", "--logdir", tmp_path,
+                                 tiny_imagefolder], 3, tmp_path)
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        _kill_all(procs)
+    assert codes == [2, 2, 2]
+    out = (tmp_path / "rank0.txt").read_text()
+    assert "has 3 factors but there are 2 workers (world size - 1 server)" in out
+
+
+def test_one_process_is_not_a_parameter_server(tiny_imagefolder, tmp_path):
+    proc = run_script("ps.py", TINY + ["--logdir", tmp_path, tiny_imagefolder], check=False)
+    assert proc.returncode == 2 and "at least 2 processes" in proc.stderr
+
+
+def test_by_class_split_gives_each_worker_its_own_classes():
+    targets = [i % 5 for i in range(50)]  # 5 classes, 10 images each
+    seen = []
+    for index in range(2):
+        subset = WorkerShard(index, 2, "by-class").train_subset(targets)
+        sampler = ShardedSampler(len(targets), 0, 1, shuffle=True, seed=0, subset=subset)
+        seen.append({targets[i] for i, _ in sampler})
+        assert len(sampler) == len(subset)
+    assert seen == [{0, 2, 4}, {1, 3}]
+    assert WorkerShard(0, 2, "iid").train_subset(targets) is None
+
+
+def test_state_service_fits_fast_steps_into_the_slowest_step():
+    service = EsyncStateService(workers=2, max_local_steps=32)
+    assert service.should_step(0, 0, 0.0)  # one step always
+    assert not service.should_step(0, 1, 1.0)  # the slow worker's time is not known yet
+    service.report(0, 1.0)
+    service.report(1, 3.0)
+    steps = 0
+    while service.should_step(0, steps, steps * 1.0):
+        steps += 1
+    assert steps == 3  # three 1 s steps fit into the slowest worker's 3 s
+    assert service.should_step(1, 0, 0.0) and not service.should_step(1, 1, 3.0)
+    capped = EsyncStateService(workers=2, max_local_steps=2)
+    capped.report(0, 0.1), capped.report(1, 3.0)
+    assert not capped.should_step(0, 2, 0.2)
