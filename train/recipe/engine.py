@@ -280,7 +280,7 @@ class Trainer:
         stats = summarize(meter.reduce(self.strategy))
         seconds = watch.lap()
         self.log.write("val", epoch=self.epoch, step=self.step, **stats,
-                       img_s=stats["count"] / seconds, time=seconds,
+                       img_s=stats["count"] / seconds, seconds=seconds,
                        skipped=self._skipped(self.val_loader))
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
@@ -356,6 +356,9 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
     except Preempted as stop:
         trainer.log.write("end", epoch=trainer.epoch, step=trainer.step,
                           best_top1=trainer.best_top1, reason=f"preempted by {stop}")
+        # Nobody leaves before rank 0 has written all of it: a launcher may kill the group as
+        # soon as one rank exits (horovodrun does, after 5 s).
+        trainer.strategy.barrier()
         trainer.log.print(f"=> {stop}: checkpoint written; exiting with status "
                           f"{PREEMPTED_EXIT_CODE} so the job can be requeued "
                           "(continue with --resume auto)")

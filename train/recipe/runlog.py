@@ -8,7 +8,7 @@ always with `kind`, `time` (unix seconds) and `elapsed` (seconds since the run s
   kind="train"   epoch, step (optimizer steps so far), epoch_step, steps_per_epoch, loss, top1,
                  top5, lr, img_s (all processes), img_s_per_proc, data_time, step_time, loss_scale
   kind="train_epoch"  epoch, step, loss, top1, top5, img_s, img_s_per_proc, epoch_time, skipped
-  kind="val"     epoch, step, loss, top1, top5, count, img_s, time, skipped
+  kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     epoch, step, best_top1, reason
 Parameter server runs (train/ps.py) add:

@@ -34,7 +34,7 @@ def evaluate(model: nn.Module, loader, device: torch.device) -> Dict[str, float]
         meter.add(len(targets), loss=loss * len(targets), correct1=correct1, correct5=correct5)
     stats = summarize(meter.reduce(Strategy()))
     seconds = watch.lap()
-    return {**stats, "time": seconds, "img_s": stats["count"] / max(seconds, 1e-9)}
+    return {**stats, "seconds": seconds, "img_s": stats["count"] / max(seconds, 1e-9)}
 
 
 class BackgroundJobs:

@@ -354,7 +354,7 @@ class ParameterServer:
         self.log.write("val", epoch=epoch, step=step, train_elapsed=taken, **stats, skipped=0)
         self.log.print(f" * Val epoch {epoch} step {step}: loss {stats['loss']:.4f}  top1 "
                        f"{stats['top1']:.3f}  top5 {stats['top5']:.3f}  ({stats['count']} "
-                       f"images, {stats['time']:.1f}s)")
+                       f"images, {stats['seconds']:.1f}s)")
         if checkpoint_after:
             self._write_checkpoint(state, is_best)
         if self.cfg.desired_acc is not None and stats["top1"] >= self.cfg.desired_acc:

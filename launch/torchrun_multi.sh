@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# torchrun on one of several nodes: run the same command on every node (by hand, pdsh, or srun as
+# launch/slurm/ddp_amp_multi_node.sbatch does). The c10d rendezvous on HEAD:PORT numbers the nodes,
+# so no --node-rank is needed and the nodes may start in any order.
+#
+#   launch/torchrun_multi.sh NNODES HEAD[:PORT] SCRIPT [ARGS...]
+#   launch/torchrun_multi.sh 2 node01:29500 train/ddp_apex.py -a resnet50 --opt-level O2 /data/imagenet
+#
+#   NNODES       number of nodes (or MIN:MAX for an elastic range)
+#   HEAD[:PORT]  a host all nodes can reach (e.g. the first node); it hosts the rendezvous store
+#                (PORT default 29500)
+#   NPROC        processes per node (default: the node's visible GPUs; without GPUs
+#                SLURM_CPUS_ON_NODE inside a SLURM job, else 2)
+#   RDZV_ID      rendezvous id, the same on every node (default: $SLURM_JOB_ID, else "recipes")
+#   STOP_GRACE   seconds the ranks get to checkpoint after SIGTERM/SIGUSR1 (default 120)
+#   TORCHRUN_ARGS  extra torchrun options, e.g. "--max-restarts=3 --rdzv-conf join_timeout=900"
+#
+# Checkpoints and --resume assume a filesystem shared by the nodes.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+[ $# -ge 3 ] || { sed -n '2,17p' "$0" >&2; exit 2; }
+nnodes="$1" endpoint="$2"
+shift 2
+case "$endpoint" in *:*) ;; *) endpoint="$endpoint:29500" ;; esac
+
+visible_gpus() {  # what CUDA will see: CUDA_VISIBLE_DEVICES if set, else every GPU of nvidia-smi
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -cE '^([0-9]+|GPU-.*|MIG-.*)$' || true
+  else
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+  fi
+}
+
+nproc="${NPROC:-$(visible_gpus)}"
+if [ "$nproc" -eq 0 ]; then
+  nproc="${SLURM_CPUS_ON_NODE:-2}"
+fi
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+
+# shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of options
+exec "$here/env.sh" torchrun --nnodes="$nnodes" --nproc-per-node="$nproc" \
+  --rdzv-backend=c10d --rdzv-endpoint="$endpoint" --rdzv-id="${RDZV_ID:-${SLURM_JOB_ID:-recipes}}" \
+  --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 \
+  --shutdown-timeout="${STOP_GRACE:-120}" ${TORCHRUN_ARGS:-} "$@"

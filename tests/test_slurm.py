@@ -1,0 +1,246 @@
+"""SLURM for real: a two-node cluster on this machine (munged, slurmctld and one slurmd per node,
+started by launch/slurm/local_cluster.sh) runs the repository's batch scripts through `sbatch`,
+as a user would submit them. Needs root and `apt-get install slurm-wlm munge` (CI installs them);
+skipped, with the reason shown, without them."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+
+from conftest import REPO, TINY, read_jsonl, records
+
+CLUSTER = REPO / "launch" / "slurm" / "local_cluster.sh"
+SINGLE_NODE = REPO / "launch" / "slurm" / "ddp_amp_single_node.sbatch"
+MULTI_NODE = REPO / "launch" / "slurm" / "ddp_amp_multi_node.sbatch"
+JOB_TIMEOUT = 300  # seconds; a tiny job takes 30-80 s on 2 busy cores
+
+
+def _free_ports(count: int) -> int:
+    """A port P with P .. P+count-1 free (slurmctld, then one slurmd per node)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            for other in range(port + 1, port + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", other))
+            return port
+        except (OSError, OverflowError):
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+class Cluster:
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+        self.env = {**os.environ, "LOCAL_SLURM_DIR": str(state_dir),
+                    "LOCAL_SLURM_PORT": str(_free_ports(3)),
+                    "LOCAL_SLURM_NODES": "2",  # node1 and node2, two slurmds
+                    "LOCAL_SLURM_CPUS": "2",  # per node: the scripts' default is 2 processes
+                    "SLURM_CONF": str(state_dir / "slurm.conf"),
+                    "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+    def run(self, *cmd, timeout: float = 60, check: bool = True,
+            env: Optional[dict] = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                              env={**self.env, **(env or {})}, cwd=REPO, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout}\n{proc.stderr}\n{self.logs()}")
+        return proc
+
+    def logs(self) -> str:
+        out = []
+        for path in [self.state_dir / "slurmctld.log", *sorted(self.state_dir.glob("slurmd-*.log"))]:
+            if path.is_file():
+                lines = path.read_text().splitlines()[-15:]
+                out.append(f"--- {path.name} (tail)\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def job(self, job_id: str) -> dict:
+        """`scontrol show job` as a dict (JobState, ExitCode, Restarts, ...)."""
+        text = self.run("scontrol", "show", "job", "--oneliner", job_id).stdout
+        return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+    def wait_for_end(self, job_id: str, output: Path) -> dict:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while time.monotonic() < deadline:
+            info = self.job(job_id)
+            if info["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                                    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
+                return info
+            time.sleep(1)
+        raise AssertionError(f"job {job_id} still {info['JobState']} after {JOB_TIMEOUT} s:\n"
+                             f"{_text(output)}\n{self.logs()}")
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.is_file() else f"({path} not written)"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster needs root (slurmd starts jobs as their user)")
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
+               if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): "
+                    "apt-get install -y slurm-wlm munge")
+    cluster = Cluster(tmp_path_factory.mktemp("slurm"))
+    cluster.run(CLUSTER, "start", timeout=120)  # a failure here fails the tests, with the logs
+    yield cluster
+    cluster.run(CLUSTER, "stop", timeout=120, check=False)
+
+
+def _submit(slurm, tmp_path, script: Path, args, wait: bool, sbatch_args=(),
+            env: Optional[dict] = None) -> tuple:
+    output = tmp_path / "job-%j.out"
+    sbatch = ["sbatch", "--parsable", f"--output={output}", *sbatch_args]
+    sbatch += ["--wait"] if wait else []
+    proc = slurm.run(*sbatch, script, *args, timeout=JOB_TIMEOUT + 60, check=False, env=env)
+    job_id = proc.stdout.strip().split(";")[0]
+    assert job_id.isdigit(), f"sbatch did not submit:\n{proc.stdout}\n{proc.stderr}"
+    return proc, job_id, tmp_path / f"job-{job_id}.out"
+
+
+def _wait_for_training(slurm, job_id: str, log: Path, output: Path) -> None:
+    """Until the run has logged a training step (so its signal handlers are in place)."""
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not (log.is_file() and '"kind": "train"' in log.read_text()):
+        assert time.monotonic() < deadline, f"training never started:\n{_text(output)}"
+        assert slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), _text(output)
+        time.sleep(0.2)
+
+
+def test_single_node_batch_script_trains_with_two_processes(slurm, tiny_imagefolder, tmp_path):
+    """`sbatch --wait launch/slurm/ddp_amp_single_node.sbatch DATA ARGS`: torchrun starts one
+    process per allocated CPU (2), mixed precision on (O1, bf16 on CPU), and the run dir is
+    runs/slurm-<jobid> under --logdir."""
+    args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "3",
+            "--logdir", tmp_path / "runs"]
+    proc, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=True)
+    text = _text(output)
+    assert proc.returncode == 0, f"{proc.stderr}\n{text}\n{slurm.logs()}"
+    info = slurm.job(job_id)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0")
+
+    run_dir = tmp_path / "runs" / f"slurm-{job_id}"
+    (run,) = records(run_dir, "run")
+    assert (run["entry"], run["strategy"], run["world_size"]) == ("ddp_apex", "ddp", 2)
+    assert run["precision"]["opt_level"] == "O1"
+    assert run["config"]["resume"] == "auto" and run["resumed_from"] is None
+    assert [r["epoch_step"] for r in records(run_dir, "train")] == [1, 2, 3]
+    (val,) = records(run_dir, "val")
+    assert val["count"] == 20  # every val image once, over both ranks
+    assert records(run_dir, "end")[-1]["reason"] == "finished"
+    ckpt = torch.load(run_dir / "checkpoint.pth", map_location="cpu", weights_only=True)
+    assert (ckpt["epoch"], ckpt["step"], ckpt["world_size"]) == (1, 3, 2)
+
+    assert re.search(rf"nodes: node\d; 2 process\(es\) per node; run dir {run_dir}\n", text), text
+    assert "resnet18 on 2 process(es)" in text, text
+    assert "run ended: finished" in text, text
+
+
+def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm, tiny_imagefolder, tmp_path):
+    """SLURM's warning before the time limit (`--signal=B:USR1@...`, sent here at once with
+    `scancel --signal=USR1 --batch`) reaches the batch shell only; it passes it to torchrun,
+    torchrun to both ranks, which checkpoint mid-epoch and exit; the script requeues the job,
+    which starts again, resumes from that checkpoint and finishes, with no step done twice."""
+    epochs = 2  # x 8 steps: the signal comes well before the end
+    args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", epochs, "--opt-level", "O0",
+            "--logdir", tmp_path / "runs"]
+    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False)
+    log = tmp_path / "runs" / f"slurm-{job_id}" / "log.jsonl"
+    _wait_for_training(slurm, job_id, log, output)
+    slurm.run("scancel", "--signal=USR1", "--batch", job_id)
+
+    info = slurm.wait_for_end(job_id, output)
+    text = _text(output)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), \
+        f"{text}\n{slurm.logs()}"
+
+    run_dir = log.parent
+    log = read_jsonl(run_dir)
+    starts = [i for i, r in enumerate(log) if r["kind"] == "run"]
+    assert len(starts) == 2, text
+    first, second = log[:starts[1]], log[starts[1]:]
+    assert first[0]["resumed_from"] is None
+    assert second[0]["resumed_from"] == str(run_dir / "checkpoint.pth")
+    assert [r["reason"] for r in log if r["kind"] == "end"] == ["preempted by SIGUSR1", "finished"]
+    # stopped inside the run, continued at the next step of the same epoch
+    cut = [r for r in first if r["kind"] == "checkpoint"][-1]
+    steps_per_epoch = first[0]["steps_per_epoch"]
+    assert cut["step"] < epochs * steps_per_epoch
+    resumed = [r for r in second if r["kind"] == "train"][0]
+    assert (resumed["epoch"], resumed["step"]) == (cut["epoch"], cut["step"] + 1)
+    # each epoch trained and validated once over the two runs, every step once
+    assert [r["epoch"] for r in log if r["kind"] == "train_epoch"] == list(range(epochs))
+    assert [r["epoch"] for r in log if r["kind"] == "val"] == list(range(epochs))
+    train_steps = [r["step"] for r in log if r["kind"] == "train"]
+    assert train_steps == list(range(1, epochs * steps_per_epoch + 1))
+
+    assert "SIGUSR1 received: passing SIGUSR1 on to the training" in text, text
+    for rank in (0, 1):  # torchrun passed the signal to both ranks
+        assert f"=> rank {rank}: SIGUSR1 received" in text, text
+    assert re.search(rf"requeueing job {job_id}\b", text), text
+    assert "restart 1; nodes: node" in text  # the requeued run appended to the same file
+    assert f"resumed from {run_dir / 'checkpoint.pth'}" in text, text
+    assert text.rstrip().endswith("run ended: finished"), text
+
+
+def test_multi_node_batch_script_runs_one_torchrun_per_node(slurm, tiny_imagefolder, tmp_path):
+    """`sbatch --nodes=2 launch/slurm/ddp_amp_multi_node.sbatch`: srun starts one torchrun per
+    node (two slurmds here), they meet at the c10d rendezvous on the first node and, with one
+    process per node (NPROC=1), form one world of 2 ranks."""
+    args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "2",
+            "--opt-level", "O0", "--logdir", tmp_path / "runs"]
+    _, job_id, output = _submit(slurm, tmp_path, MULTI_NODE, args, wait=False,
+                                sbatch_args=["--nodes=2"], env={"NPROC": "1"})
+    info = slurm.wait_for_end(job_id, output)
+    text = _text(output)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), f"{text}\n{slurm.logs()}"
+    assert info["NodeList"] == "node[1-2]"
+
+    run_dir = tmp_path / "runs" / f"slurm-{job_id}"
+    (run,) = records(run_dir, "run")
+    assert (run["strategy"], run["world_size"]) == ("ddp", 2)  # 2 nodes x 1 process
+    assert [r["epoch_step"] for r in records(run_dir, "train")] == [1, 2]
+    assert records(run_dir, "val")[0]["count"] == 20
+    assert records(run_dir, "end")[-1]["reason"] == "finished"
+    assert (run_dir / "checkpoint.pth").is_file()
+    assert "nodes: node1,node2; 1 process(es) per node" in text, text
+    # one torchrun per node, both pointed at the first node's address (its NodeAddr)
+    assert re.search(r"running: srun --nodes=2 --ntasks-per-node=1 .*torchrun_multi\.sh 2 "
+                     r"127\.0\.0\.1:\d+ train/ddp_apex\.py", text), text
+
+
+def test_scancel_is_not_undone_by_a_requeue(slurm, tiny_imagefolder, tmp_path):
+    """`scancel` sends SIGTERM to the batch shell and the ranks: the ranks still checkpoint, but
+    the script must not requeue the job (only its own warning signal leads to a requeue)."""
+    args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "2", "--opt-level", "O0",
+            "--logdir", tmp_path / "runs"]
+    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False)
+    log = tmp_path / "runs" / f"slurm-{job_id}" / "log.jsonl"
+    _wait_for_training(slurm, job_id, log, output)
+    slurm.run("scancel", job_id)
+
+    info = slurm.wait_for_end(job_id, output)
+    text = _text(output)
+    assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), text
+    assert "SIGTERM received; waiting for the training to checkpoint" in text, text
+    assert "run preempted by SIGTERM, stopped by SLURM: not requeued" in text, text
+    assert "requeueing" not in text
+    assert [r["reason"] for r in read_jsonl(log.parent) if r["kind"] == "end"] == \
+        ["preempted by SIGTERM"]
+    assert (log.parent / "checkpoint.pth").is_file()
