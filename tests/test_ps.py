@@ -233,3 +233,31 @@ def test_state_service_fits_fast_steps_into_the_slowest_step():
     capped = EsyncStateService(workers=2, max_local_steps=2)
     capped.report(0, 0.1), capped.report(1, 3.0)
     assert not capped.should_step(0, 2, 0.2)
+
+
+def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tmp_path):
+    """SIGUSR1 (SLURM's warning) on the server: every worker is stopped at the next update, the
+    server checkpoints and exits 75; --resume auto continues the same run to its planned end
+    (the sample count carries over, so the step count comes out exactly as planned)."""
+    args = STEP_ARGS + ["--mode", "sync", "--epochs", "3", "--logdir", tmp_path,
+                        "--run-name", "pre", "--eval-every", "-1", tiny_imagefolder]
+    procs = _start_ranks(args, 3, tmp_path)
+    try:
+        _wait_for_training(tmp_path / "pre", procs)
+        procs[0].send_signal(signal.SIGUSR1)
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        _kill_all(procs)
+    assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+    end = records(tmp_path / "pre", "end")[0]
+    assert end["reason"] == "preempted by SIGUSR1"
+    saved = torch.load(tmp_path / "pre" / "checkpoint.pth", weights_only=True)
+    assert saved["step"] == end["step"] and 0 < saved["step"] < 24
+    run_script("ps.py", args + ["--resume", "auto"], nproc=3)
+    runs = records(tmp_path / "pre", "run")
+    assert len(runs) == 2 and runs[1]["resumed_from"].endswith("checkpoint.pth")
+    final = records(tmp_path / "pre", "end")[-1]
+    # 2 workers x batch 4 x 8 steps = 64 images = one epoch; 3 epochs = 24 updates
+    assert final["reason"] == "finished" and final["step"] == 24
+    steps = [r["step"] for r in records(tmp_path / "pre", "train")]
+    assert steps[steps.index(saved["step"]) + 1] == saved["step"] + 1  # no update done twice

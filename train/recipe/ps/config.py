@@ -55,12 +55,11 @@ class PSConfig(TrainConfig):
                        (self.grad_accum != 1, "--grad-accum"), (self.sync_bn, "--sync-bn"),
                        (self.compile, "--compile"), (self.fp16_allreduce, "--fp16-allreduce"),
                        (self.ddp_comm_hook != "none", "--ddp-comm-hook"),
-                       (self.resume is not None, "--resume"), (self.evaluate, "--evaluate")]
+                       (self.evaluate, "--evaluate")]
         named = [flag for bad, flag in unsupported if bad]
         if named:
             raise UsageError(f"{', '.join(named)}: not supported by the parameter server yet "
-                             "(it trains in fp32 with the pytorch or synthetic loader, from "
-                             "scratch); use train/ddp.py or train/ddp_apex.py for these")
+                             "(it trains in fp32 with the pytorch or synthetic loader); use train/ddp.py or train/ddp_apex.py for these")
         if self.split == "by-class" and self.backend == "synthetic":
             raise UsageError("--split by-class needs a real dataset (the synthetic backend has "
                              "no classes to split)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -13,7 +14,9 @@ from typing import Optional
 import torch
 import torch.distributed.rpc as rpc
 
+from .. import checkpoint
 from ..config import UsageError, exit_on_usage_error, parse_args
+from ..engine import PREEMPTED_EXIT_CODE
 from ..data import build_loaders
 from ..models import build_model
 from ..runlog import RunLog, environment_info
@@ -48,22 +51,23 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(cfg, Strategy(), device)
     model = build_model(cfg.arch, num_classes, cfg.pretrained)  # stays on the CPU
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(cfg.logdir) / (cfg.run_name or f"{ENTRY}-{cfg.mode}-{cfg.arch}-{stamp}")
-    if (run_dir / "checkpoint.pth").is_file():
-        raise UsageError(f"{run_dir} already holds a run's checkpoint: choose another "
-                         "--run-name (the parameter server cannot resume yet)")
+    run_dir, resume_state = _run_dir_and_resume_state(cfg)
     log = RunLog(run_dir, enabled=True)
     cfg.save(run_dir / "config.json")
     server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
                                  run_dir)
+    if resume_state:
+        server.restore(resume_state)
     srv._SERVER = server  # before RPC starts: workers call in as soon as it has
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda num, frame: _stop_on_signal(server, num))
     rpc.init_rpc(wire.SERVER, rank=0, world_size=workers + 1,
                  rpc_backend_options=_rpc_options(cfg))
     log.write("run", config=cfg.to_dict(), entry=ENTRY, strategy="ps", mode=cfg.mode,
               world_size=workers + 1, workers=workers, backend="tensorpipe",
               devices_per_process=1, slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
               global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device),
+              resumed_from=str(resume_state["path"]) if resume_state else None,
               **environment_info())
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
@@ -75,9 +79,12 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     failed = server.failure is not None
     # After a failure the other workers are being told; let them hear it before leaving.
     server.departed.wait(timeout=10.0)
+    preempted = server.stop_signal is not None and not failed
     try:
         if not failed:
             server.jobs.close()  # the last evaluation and checkpoint
+        if preempted:
+            server.write_final_checkpoint()
         reason = f"failed: {server.failure}" if failed else server.stop_reason
         log.write("end", epoch=server.epoch, step=server.step, best_top1=server.best_top1,
                   reason=reason, lost_workers=server.lost)
@@ -88,7 +95,45 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         val_loader.close()
         # Graceful shutdown waits for every process; a lost worker never arrives.
         _shutdown(graceful=not server.lost)
+    if preempted:
+        print(f"=> ps: {server.stop_signal}: checkpoint written; exiting with status "
+              f"{PREEMPTED_EXIT_CODE} (continue with --resume auto)", flush=True)
+        return PREEMPTED_EXIT_CODE
     return 1 if failed else 0
+
+
+def _stop_on_signal(server, signum: int) -> None:
+    # Only a flag: the server stops everyone at its next update, then checkpoints.
+    server.stop_signal = signal.Signals(signum).name
+    print(f"=> ps: {server.stop_signal} received; stopping the workers at the next update",
+          flush=True)
+
+
+def _run_dir_and_resume_state(cfg: PSConfig):
+    """The run dir, and the checkpoint to continue from (None: a fresh run), as the engine's
+    --resume PATH|auto: auto continues --run-name, or the newest ps run of this mode and arch."""
+    prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    fresh = Path(cfg.logdir) / (cfg.run_name or prefix + stamp)
+    state = None
+    if cfg.resume == "auto":
+        found = fresh if cfg.run_name else checkpoint.find_latest_run(Path(cfg.logdir), prefix)
+        state = checkpoint.load_newest_valid(found) if found else None
+        if state is None:
+            print(f"note: --resume auto found no checkpoint under {cfg.logdir}; starting from "
+                  "scratch", flush=True)
+        else:
+            fresh = state["path"].parent  # continue the interrupted run in its own dir
+    elif cfg.resume:
+        state = checkpoint.load(Path(cfg.resume))
+        state["path"] = Path(cfg.resume)
+    if state is not None and (state["arch"] != cfg.arch or state.get("mode") != cfg.mode):
+        raise UsageError(f"--resume {state['path']} holds a {state.get('mode')} run of "
+                         f"{state['arch']}; this is --mode {cfg.mode} with {cfg.arch}")
+    if state is None and (fresh / checkpoint.LATEST).is_file():
+        raise UsageError(f"{fresh} already holds a run's checkpoint: continue it with "
+                         "--resume auto, or choose another --run-name")
+    return fresh, state
 
 
 def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:

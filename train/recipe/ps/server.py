@@ -95,6 +95,7 @@ class ParameterServer:
         self.departed = threading.Event()  # every live worker has said goodbye
         self.failure: Optional[str] = None
         self.stop_reason: Optional[str] = None
+        self.stop_signal: Optional[str] = None  # SIGTERM / SIGUSR1: checkpoint and exit 75
 
         # Counters. A "step" is one server update: a round (sync, esync) or one push (async).
         self.step = 0
@@ -143,6 +144,9 @@ class ParameterServer:
             # The schedule counts sync-sized steps (N batches), whatever the mode.
             self.schedule = LrMultiplier(self.cfg, max(1, self.samples_per_epoch // (
                 self.cfg.batch_size * self.workers)))
+            self.epoch = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
+            if self.epoch >= self.cfg.epochs:
+                self.stop_reason = "finished"  # resumed a run that had already ended
             self._interval = _Interval(self.workers)
             self._epoch_started = time.perf_counter()
             self._epoch_metrics = {k: 0.0 for k in self._interval.metrics}
@@ -159,7 +163,8 @@ class ParameterServer:
 
     def _reply(self, **extra) -> wire.Reply:
         """The current model for a worker, with what it needs to know (under the lock)."""
-        control = {"step": self.step, "stop": self.stop_reason is not None,
+        control = {"step": self.step, "epoch": self.epoch,
+                   "stop": self.stop_reason is not None,
                    "lr_multiplier": self._lr_multiplier(), "lost": sorted(self.lost), **extra}
         return wire.snapshot(self.params), wire.snapshot(self.bufs), control
 
@@ -266,6 +271,8 @@ class ParameterServer:
             self._submit_checkpoint(is_best=False)
         if self.epoch >= cfg.epochs and self.stop_reason is None:
             self.stop_reason = "finished"
+        if self.stop_signal and self.stop_reason is None:
+            self.stop_reason = f"preempted by {self.stop_signal}"
 
     def _log_interval(self) -> None:
         iv, self._interval = self._interval, _Interval(self.workers)
@@ -324,11 +331,22 @@ class ParameterServer:
         self.epoch += 1
 
     # --- background work on snapshots ---------------------------------------------------------
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint: weights, optimizer, counters (the epoch follows from the
+        samples once the workers have registered)."""
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state["optimizer"]:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.samples = state["step"], state.get("samples", 0)
+        self.best_top1 = state.get("best_top1", 0.0)
+
     def _snapshot_state(self) -> dict:
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         optimizer = {} if self.optimizer is None else _clone(self.optimizer.state_dict())
+        # "epoch": epochs completed, as in the engine's checkpoints
+        completed = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
         return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
-                "optimizer": optimizer, "epoch": self.epoch + 1, "epoch_step": 0,
+                "optimizer": optimizer, "epoch": completed, "epoch_step": 0,
                 "step": self.step, "samples": self.samples, "mode": self.mode,
                 "world_size": self.workers + 1, "config": self.cfg.to_dict()}
 
@@ -341,6 +359,10 @@ class ParameterServer:
     def _submit_checkpoint(self, is_best: bool) -> None:
         state = self._snapshot_state()
         self.jobs.submit(lambda: self._write_checkpoint(state, is_best))
+
+    def write_final_checkpoint(self) -> None:
+        """After a stop signal, once every worker has left: the model as it is now."""
+        self._write_checkpoint(self._snapshot_state(), is_best=False)
 
     def _evaluate(self, state: dict, epoch: int, step: int, taken: float,
                   checkpoint_after: bool) -> None:
@@ -366,7 +388,7 @@ class ParameterServer:
         start = time.perf_counter()
         state["best_top1"] = self.best_top1
         path = checkpoint.save(state, self.run_dir, is_best)
-        self.log.write("checkpoint", epoch=state["epoch"] - 1, step=state["step"],
+        self.log.write("checkpoint", epoch=state["epoch"], step=state["step"],
                        path=str(path), best=is_best, seconds=time.perf_counter() - start)
 
     # --- the end, and failures ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import time
 from typing import Iterator, List, Optional, Tuple
 
@@ -74,8 +75,9 @@ class Worker:
 
     # --- helpers ------------------------------------------------------------------------------
     def _batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, float]]:
-        """This worker's shard, epoch after epoch, for as long as the server wants."""
-        for epoch in itertools.count():
+        """This worker's shard, epoch after epoch, for as long as the server wants (from the
+        server's epoch: after a resume, a partly done epoch starts again with a fresh order)."""
+        for epoch in itertools.count(self.first_epoch):
             self.loader.set_epoch(epoch)
             batches = iter(self.loader)
             for _ in range(self.steps_per_epoch):
@@ -139,7 +141,14 @@ class Worker:
 
     # --- the loops --------------------------------------------------------------------------------
     def run(self) -> None:
+        # A preemption warning reaches every process (torchrun or srun pass it on); the server
+        # decides when to stop and tells the workers in its next reply.
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, lambda num, frame: print(
+                f"=> worker {self.worker}: {signal.Signals(num).name}: the server will stop "
+                "the run at its next update", flush=True))
         control = self._take(self._call(srv.register, self.worker, self.steps_per_epoch))
+        self.first_epoch = control["epoch"]
         loop = {"sync": self._gradient_loop, "async": self._gradient_loop,
                 "esync": self._esync_loop}[self.cfg.mode]
         if not control["stop"]:
