@@ -23,18 +23,10 @@ nnodes="$1" endpoint="$2"
 shift 2
 case "$endpoint" in *:*) ;; *) endpoint="$endpoint:29500" ;; esac
 
-visible_gpus() {  # what CUDA will see: CUDA_VISIBLE_DEVICES if set, else every GPU of nvidia-smi
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -cE '^([0-9]+|GPU-.*|MIG-.*)$' || true
-  else
-    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
-  fi
-}
+# shellcheck source=launch/processes.sh
+source "$here/processes.sh"
 
-nproc="${NPROC:-$(visible_gpus)}"
-if [ "$nproc" -eq 0 ]; then
-  nproc="${SLURM_CPUS_ON_NODE:-2}"
-fi
+nproc="$(processes_per_node "${SLURM_CPUS_ON_NODE:-2}")"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of options

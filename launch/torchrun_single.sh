@@ -17,18 +17,10 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 
-visible_gpus() {  # what CUDA will see: CUDA_VISIBLE_DEVICES if set, else every GPU of nvidia-smi
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -cE '^([0-9]+|GPU-.*|MIG-.*)$' || true
-  else
-    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
-  fi
-}
+# shellcheck source=launch/processes.sh
+source "$here/processes.sh"
 
-nproc="${NPROC:-$(visible_gpus)}"
-if [ "$nproc" -eq 0 ]; then
-  nproc="${SLURM_CPUS_ON_NODE:-2}"
-fi
+nproc="$(processes_per_node "${SLURM_CPUS_ON_NODE:-2}")"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # one compute thread per process, as torchrun does
 
 # shellcheck disable=SC2086  # TORCHRUN_ARGS is a list of options

@@ -1,4 +1,5 @@
 # Sourced by the batch scripts in launch/slurm/: what they share. Not a script of its own.
+# shellcheck shell=bash
 #
 # A batch script runs from a copy in SLURM's spool dir, so it finds the repository through
 # RECIPES_REPO or the submit dir (submit from the repository root) and sources this file, which
@@ -21,20 +22,12 @@ export STOP_GRACE="${STOP_GRACE:-120}"  # torchrun: seconds to checkpoint before
 
 note() { echo "[$(date +%H:%M:%S) slurm job ${SLURM_JOB_ID:-none}] $*"; }
 
-visible_gpus() {  # what CUDA will see: CUDA_VISIBLE_DEVICES if set, else every GPU of nvidia-smi
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -cE '^([0-9]+|GPU-.*|MIG-.*)$' || true
-  else
-    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
-  fi
-}
+# shellcheck source=launch/processes.sh
+source launch/processes.sh  # (cwd is the repository now)
 
 # Processes per node: NPROC, else one per GPU, else one per allocated CPU. Exported, so the
 # torchrun wrappers (and srun's tasks on the other nodes: homogeneous nodes assumed) use it too.
-if [ -z "${NPROC:-}" ]; then
-  NPROC="$(visible_gpus)"
-  [ "$NPROC" -gt 0 ] || NPROC="${SLURM_CPUS_ON_NODE:-$(nproc)}"
-fi
+NPROC="$(processes_per_node "${SLURM_CPUS_ON_NODE:-$(nproc)}")"
 export NPROC
 # On a CPU node, split the allocated cores among the processes (1 thread each by default).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( ${SLURM_CPUS_ON_NODE:-$NPROC} / NPROC > 0 ? ${SLURM_CPUS_ON_NODE:-$NPROC} / NPROC : 1 ))}"
