@@ -8,16 +8,17 @@ snapshots, in a background thread.
 """
 from __future__ import annotations
 
-import time
 import threading
+import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 import torch
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 
 from .. import checkpoint
+from ..metrics import summarize
 from ..schedule import LrMultiplier, scaled_lr
 from ..runlog import RunLog
 from . import wire
@@ -281,7 +282,7 @@ class ParameterServer:
             self._epoch_metrics[k] += v
         if iv.metrics["count"] == 0:
             return
-        stats = self._summary(iv.metrics)
+        stats = summarize(iv.metrics)
         img_s = stats["count"] / seconds
         lr = self.base_lr * self._lr_multiplier()
         self.log.write("train", epoch=self.epoch, step=self.step, mode=self.mode, **stats,
@@ -306,15 +307,10 @@ class ParameterServer:
             f"{stats['top1']:6.2f}  lr {lr:.4g}  img/s {img_s:.1f}  " + "  ".join(
                 f"w{w}:{_worker_summary(self.mode, s)}" for w, s in iv.per_worker.items() if s))
 
-    @staticmethod
-    def _summary(metrics: Dict[str, float]) -> Dict[str, float]:
-        from ..metrics import summarize
-        return summarize(metrics)
-
     def _end_epoch(self) -> None:
         self._log_interval()
         started, now = self._epoch_started, time.perf_counter()
-        stats = self._summary(self._epoch_metrics)
+        stats = summarize(self._epoch_metrics)
         self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
                        img_s=stats["count"] / (now - started),
                        img_s_per_proc=stats["count"] / (now - started) / len(self.live),
