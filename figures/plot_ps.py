@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from plot_curves import read  # noqa: E402
+from plot_scaling import _save  # noqa: E402  (one figure writer for both)
 
 FIGURES = ("ps_accuracy_time.png", "ps_throughput.png", "ps_traffic.png", "ps_comm_ratio.png")
 ORDER = {"ddp": 0, "sync": 1, "async": 2, "esync": 3}
@@ -193,14 +194,6 @@ def hardware(contenders: List[Contender]) -> str:
     hw = run["hardware"]
     device = ", ".join(hw["gpus"]) or f"{hw['cpu']} ({hw['cpu_count']} cores, no GPU)"
     return f"{device}, torch {run['versions']['torch']}"
-
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
 
 
 def _grouped(ax, rows: List[dict], key: str, ylabel: str, fmt: str) -> None:
