@@ -9,7 +9,7 @@ the device, so the input pipeline is excluded from both and only the loops diffe
 
   engine  `Trainer.train_one_epoch` as the entry scripts run it (Trainer built through
           parse_args + setup): metrics, interval logging every -p steps (JSONL + TensorBoard),
-          the LR scheduler and `precision.step`.
+          the LR scheduler and `strategy.optimizer_step`.
   bare    out = model(x); loss = F.cross_entropy(out, y); loss.backward(); opt.step();
           opt.zero_grad(set_to_none=True), with an SGD of the same hyper-parameters. For O1-O3
           it adds only what the same math needs: autocast (O1), half input (O2/O3), fp32 master
@@ -139,7 +139,8 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
             "--synthetic-val-size", str(args.batch_size)]
     if args.channels_last:
         argv.append("--channels-last")
-    trainer = Trainer(parse_args(argv), Strategy(), "bench")
+    cfg = parse_args(argv)
+    trainer = Trainer(cfg, Strategy.from_config(cfg), "bench")
     trainer.setup()
     return trainer
 
@@ -155,7 +156,7 @@ class BareLoop:
 
     def __init__(self, trainer: Trainer):
         # Copied before the engine trains, so both sides start from identical weights.
-        self.model = copy.deepcopy(trainer.strategy.unwrap(trainer.model))
+        self.model = copy.deepcopy(trainer.strategy.module)
         precision, cfg = trainer.precision, trainer.cfg
         self.opt_level, self.half = precision.opt_level, precision.half
         params = list(self.model.parameters())
@@ -294,7 +295,7 @@ def main(argv=None) -> None:
         batches = make_batches(max(args.steps, args.warmup), args.batch_size, args.image_size,
                                trainer.num_classes, trainer.device, args.channels_last)
         rounds = measure(args, trainer, bare, batches)
-        weight_diff = max_weight_difference(trainer.strategy.unwrap(trainer.model), bare.model)
+        weight_diff = max_weight_difference(trainer.strategy.module, bare.model)
         trainer.close()
 
     # The headline is the median of the per-round ratios: each pair ran back to back, so slow

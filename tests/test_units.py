@@ -1,16 +1,14 @@
-"""In-process unit tests of the shared modules (config, sampling, precision, schedule)."""
+"""In-process unit tests of the shared modules (config, sampling, schedule, models).
+Precision has its own file, tests/test_precision.py."""
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 import torchvision
 
 from recipe.config import UsageError, parse_args
 from recipe.data import ShardedSampler, val_resize_size
-from recipe.precision import Precision, StaticLossScaler
 from recipe.schedule import LrMultiplier, scaled_lr
-from recipe.strategies import Strategy
 
 
 # --- config --------------------------------------------------------------------------------------
@@ -109,93 +107,6 @@ def test_cosine_schedule():
     assert f(0) == 1.0 and f(50) == pytest.approx(0.5) and f(100) == pytest.approx(0.0)
 
 
-# --- precision -----------------------------------------------------------------------------------
-def _tiny_convnet():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
-
-
-def _train_steps(opt_level, steps=3, amp_dtype="auto"):
-    cfg = parse_args(["--dummy", "--opt-level", opt_level, "--amp-dtype", amp_dtype])
-    precision = Precision(cfg, torch.device("cpu"), verbose=False)
-    model = precision.prepare_model(_tiny_convnet())
-    opt = torch.optim.SGD(precision.optimizer_params(model), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(0)
-    losses = []
-    for _ in range(steps):
-        x, y = torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
-        with precision.autocast():
-            out = model(precision.cast_input(x))
-        loss = nn.functional.cross_entropy(out.float(), y)
-        precision.backward(loss)
-        precision.step(opt, Strategy())
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-    return precision, model, opt, losses
-
-
-@pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
-def test_every_opt_level_trains_on_cpu(level):
-    precision, model, _, losses = _train_steps(level, steps=6)
-    assert all(torch.isfinite(torch.tensor(losses)))
-    assert losses[-1] < losses[0]
-    expected = {"O0": torch.float32, "O1": torch.float32, "O2": torch.bfloat16,
-                "O3": torch.bfloat16}[level]
-    assert model[0].weight.dtype == expected
-    assert model[1].weight.dtype == (torch.bfloat16 if level == "O3" else torch.float32)
-
-
-def test_o2_keeps_fp32_master_weights_in_sync():
-    precision, model, opt, _ = _train_steps("O2")
-    masters = [p for g in opt.param_groups for p in g["params"]]
-    assert all(p.dtype == torch.float32 for p in masters)
-    assert masters[0] is not model[0].weight  # a separate fp32 copy of the bf16 conv weight
-    assert torch.equal(masters[0].to(torch.bfloat16), model[0].weight)
-    assert masters[2] is model[1].weight  # BatchNorm is fp32 already: its own master
-    state = precision.model_state_dict(model)
-    assert state["0.weight"].dtype == torch.float32 and torch.equal(state["0.weight"], masters[0])
-
-
-def test_o2_checkpoint_round_trip_restores_masters():
-    precision, model, opt, _ = _train_steps("O2")
-    state = precision.model_state_dict(model)
-    fresh_precision, fresh_model, _, _ = _train_steps("O2", steps=0)
-    fresh_precision.load_model_state_dict(fresh_model, state)
-    assert torch.equal(fresh_precision.model_state_dict(fresh_model)["0.weight"], state["0.weight"])
-
-
-def test_fp16_on_cpu_falls_back_to_bf16(capsys):
-    cfg = parse_args(["--dummy", "--opt-level", "O1", "--amp-dtype", "float16"])
-    precision = Precision(cfg, torch.device("cpu"))
-    assert precision.half is torch.bfloat16
-    assert "using bfloat16 instead" in capsys.readouterr().out
-    assert not precision.scaler.is_enabled()  # bf16: no loss scaling
-
-
-def test_static_loss_scale_skips_non_finite_steps():
-    w = nn.Parameter(torch.ones(2))
-    opt = torch.optim.SGD([w], lr=1.0)
-    scaler = StaticLossScaler(128.0)
-    scaler.scale((w * 2).sum()).backward()
-    scaler.step(opt)
-    assert torch.equal(w.detach(), torch.full((2,), -1.0))  # grad 2 after unscaling
-    w.grad = torch.tensor([float("inf"), 1.0])
-    scaler.step(opt)
-    assert torch.equal(w.detach(), torch.full((2,), -1.0))  # skipped
-
-
-def test_resnet_o2_keeps_every_batchnorm_fp32():
-    cfg = parse_args(["--dummy", "--opt-level", "O2"])
-    model = Precision(cfg, torch.device("cpu"), verbose=False).prepare_model(
-        torchvision.models.resnet18(num_classes=10))
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            assert m.weight.dtype == torch.float32 and m.running_var.dtype == torch.float32
-        elif isinstance(m, nn.Conv2d):
-            assert m.weight.dtype == torch.bfloat16
-
-
 # --- models --------------------------------------------------------------------------------------
 def test_pretrained_from_a_local_file_skips_a_mismatched_classifier(tmp_path, capsys):
     from recipe.models import build_model
@@ -214,45 +125,6 @@ def test_pretrained_of_another_architecture_is_refused(tmp_path):
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
     with pytest.raises(UsageError, match="does not fit"):
         build_model("resnet50", num_classes=10, pretrained=str(tmp_path / "r18.pth"))
-
-
-@pytest.mark.parametrize("level,loss_scale", [("O1", "dynamic"), ("O2", "dynamic"),
-                                              ("O2", "128"), ("O3", "dynamic")])
-def test_float16_loss_scaling_paths(monkeypatch, level, loss_scale):
-    """The fp16 paths (GradScaler, static scale, O2 master unscaling) normally run only on GPUs;
-    forcing float16 on the CPU runs the same code here and must track fp32 closely."""
-    import recipe.precision as precision_module
-
-    monkeypatch.setattr(precision_module, "resolve_half_dtype", lambda *a, **k: torch.float16)
-    cfg = parse_args(["--dummy", "--opt-level", level, "--loss-scale", loss_scale])
-    precision = Precision(cfg, torch.device("cpu"), verbose=False)
-    expected = {"O1": "GradScaler", "O2": "GradScaler" if loss_scale == "dynamic"
-                else "StaticLossScaler", "O3": "none"}[level]
-    assert precision.describe()["loss_scaling"] == expected
-    model = precision.prepare_model(_tiny_convnet())
-    reference = _tiny_convnet()
-    opts = [torch.optim.SGD(precision.optimizer_params(model), lr=0.05),
-            torch.optim.SGD(reference.parameters(), lr=0.05)]
-    g = torch.Generator().manual_seed(0)
-    for _ in range(3):
-        x, y = torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
-        with precision.autocast():
-            loss = nn.functional.cross_entropy(model(precision.cast_input(x)).float(), y)
-        precision.backward(loss)
-        precision.step(opts[0], Strategy())
-        ref_loss = nn.functional.cross_entropy(reference(x), y)
-        ref_loss.backward()
-        opts[1].step()
-        for opt in opts:
-            opt.zero_grad(set_to_none=True)
-        assert loss.item() == pytest.approx(ref_loss.item(), rel=2e-2)
-    if level in ("O1", "O2"):
-        assert precision.loss_scale() in (65536.0, 128.0)  # scaled, and no overflow skipped
-    # the state round trip keeps a fixed --loss-scale and refuses a scaler of another kind
-    state = precision.state_dict()
-    precision.load_state_dict({**state, "scaler_type": "Other", "scaler": {"scale": 1.0}})
-    assert precision.loss_scale() == (None if level == "O3" else
-                                      (128.0 if loss_scale == "128" else 65536.0))
 
 
 @pytest.mark.parametrize("argv,message", [

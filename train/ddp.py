@@ -11,4 +11,4 @@ from recipe.engine import run
 from recipe.strategies import DDPStrategy
 
 if __name__ == "__main__":
-    run(DDPStrategy(), entry="ddp", description=__doc__)
+    run(DDPStrategy, entry="ddp", description=__doc__)

@@ -9,4 +9,4 @@ from recipe.engine import run
 from recipe.strategies import DataParallelStrategy
 
 if __name__ == "__main__":
-    run(DataParallelStrategy(), entry="dp", description=__doc__)
+    run(DataParallelStrategy, entry="dp", description=__doc__)

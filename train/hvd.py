@@ -11,4 +11,4 @@ from recipe.engine import run
 from recipe.strategies import HorovodStrategy
 
 if __name__ == "__main__":
-    run(HorovodStrategy(), entry="hvd", description=__doc__)
+    run(HorovodStrategy, entry="hvd", description=__doc__)

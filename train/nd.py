@@ -7,4 +7,4 @@ from recipe.engine import run
 from recipe.strategies import Strategy
 
 if __name__ == "__main__":
-    run(Strategy(), entry="nd", description=__doc__)
+    run(Strategy, entry="nd", description=__doc__)

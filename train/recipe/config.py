@@ -141,8 +141,13 @@ class TrainConfig:
     amp_dtype: str = field(default="auto", metadata=opt(
         "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
         choices=("auto", "float16", "bfloat16")))
-    loss_scale: str = field(default="dynamic", metadata=opt(
-        "--loss-scale", help="'dynamic' or a fixed float (fp16 only)"))
+    loss_scale: Optional[str] = field(default=None, metadata=opt(
+        "--loss-scale", help="'dynamic' or a fixed number (apex's loss_scale). Default: the "
+                             "level's own, dynamic for O1/O2 with float16, none otherwise; "
+                             "refused with bfloat16, which needs none"))
+    float64: bool = field(default=False, metadata=opt(
+        "--float64", help="run O0 in float64 (model, inputs, loss): slow, for checking that "
+                          "strategies compute exactly the same thing"))
 
     # --- run, logging, checkpoints --------------------------------------------------------------
     device: str = field(default="auto", metadata=opt(
@@ -285,7 +290,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.backend != "synthetic" and not cfg.data:
         raise UsageError("the dataset path is missing: pass DATA (a folder with train/ and val/), "
                          "or use --dummy for synthetic data")
-    if cfg.loss_scale != "dynamic":
+    if cfg.loss_scale not in (None, "dynamic"):
         try:
             if float(cfg.loss_scale) <= 0:
                 raise ValueError

@@ -5,7 +5,6 @@ It knows nothing about how the work is distributed or at which precision it runs
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import signal
 import sys
@@ -21,7 +20,6 @@ from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
-from .precision import Precision
 from .runlog import RunLog, environment_info
 from .schedule import build_scheduler, scaled_lr, set_position
 
@@ -45,7 +43,8 @@ class Trainer:
     # === setup ===================================================================================
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
-        self.device = strategy.setup(cfg)
+        self.device = strategy.setup_environment()
+        self.precision = strategy.precision
         self.slowdown = cfg.slowdowns(strategy.world_size)[strategy.rank]
         self.seed = cfg.seed if cfg.seed is not None else 0
         torch.manual_seed(self.seed)  # same initial weights on every rank
@@ -57,20 +56,13 @@ class Trainer:
             cfg, strategy, self.device)
         resume_state = self._load_resume_state(self.num_classes)
 
-        model = build_model(cfg.arch, self.num_classes, cfg.pretrained)
-        model = strategy.convert_model(model, cfg)
-        memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
-        model = model.to(self.device, memory_format=memory_format)
-        self.precision = Precision(cfg, self.device, verbose=strategy.is_main())
-        model = self.precision.prepare_model(model)
-
+        self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
+                                                       cfg.pretrained))
         self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
         self.lr = scaled_lr(cfg, self.global_batch)
-        named_params = self.precision.named_optimizer_params(model)
-        optimizer = torch.optim.SGD([p for _, p in named_params], lr=self.lr,
-                                    momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        # Before the scheduler and the resume: both must hold the optimizer that is stepped.
-        self.optimizer = strategy.wrap_optimizer(optimizer, named_params, cfg)
+        params = [p for _, p in strategy.named_optimizer_params()]
+        self.optimizer = strategy.setup_optimizer(torch.optim.SGD(
+            params, lr=self.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay))
         self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
@@ -80,15 +72,10 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         if resume_state:
-            self._restore(model, resume_state)
+            self._restore(resume_state)
 
         for signum in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(signum, self._on_stop_signal)
-        self.model = strategy.wrap_model(model)
-        strategy.broadcast_initial_state(self.model, self.optimizer)
-        self.precision.refresh_masters(model)
-        if cfg.compile:
-            self.model = torch.compile(self.model)
         self._open_run_dir(resume_state)
 
     def _load_resume_state(self, num_classes: int) -> Optional[dict]:
@@ -121,8 +108,8 @@ class Trainer:
                              f"with {num_classes}: pass the matching -a/--arch and data")
         return state
 
-    def _restore(self, model: nn.Module, state: dict) -> None:
-        self.precision.load_model_state_dict(model, state["model"])
+    def _restore(self, state: dict) -> None:
+        self.strategy.load_module_state_dict(state["model"])
         if self.cfg.evaluate:
             return
         self.optimizer.load_state_dict(state["optimizer"])
@@ -203,17 +190,16 @@ class Trainer:
                 t = time.perf_counter()
                 images, targets = next(batches)
                 data_time += time.perf_counter() - t
-                last_micro = micro == cfg.grad_accum - 1
-                with contextlib.nullcontext() if last_micro else strategy.no_sync(self.model):
-                    with precision.autocast():
-                        output = self.model(precision.cast_input(images))
-                    loss = self.criterion(output.float(), targets)
-                    precision.backward(loss / cfg.grad_accum)
+                with strategy.micro_step(last=micro == cfg.grad_accum - 1):
+                    with precision.forward_context():
+                        output = self.model(precision.convert_input(images))
+                    loss = self.criterion(precision.convert_output(output), targets)
+                    strategy.backward(loss / cfg.grad_accum)
                 correct1, correct5 = correct_topk(output, targets)
                 interval.add(len(targets), loss=loss * len(targets), correct1=correct1,
                              correct5=correct5)
-            precision.step(self.optimizer, strategy)
-            self.optimizer.zero_grad()  # set_to_none by default; Horovod's takes no arguments
+            strategy.optimizer_step(self.optimizer)
+            self.optimizer.zero_grad()
             self.scheduler.step()
             self.step += 1
             if self.slowdown > 1:  # --worker-slowdown: this process emulates a slower device
@@ -266,14 +252,14 @@ class Trainer:
     def validate(self) -> Dict[str, float]:
         """Exact validation: every rank evaluates its own unpadded shard and the sums are
         all-reduced, so each image counts exactly once whatever the number of ranks."""
-        model = self.strategy.eval_model(self.model)
+        model = self.strategy.eval_model()
         model.eval()
         meter = SumMeter(("loss", "correct1", "correct5"), self.device)
         watch = Stopwatch(self.device)
         for images, targets in self.val_loader:
-            with self.precision.autocast():
-                output = model(self.precision.cast_input(images))
-            loss = self.criterion(output.float(), targets)
+            with self.precision.forward_context():
+                output = model(self.precision.convert_input(images))
+            loss = self.criterion(self.precision.convert_output(output), targets)
             correct1, correct5 = correct_topk(output, targets)
             meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
                       correct5=correct5)
@@ -316,7 +302,7 @@ class Trainer:
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
             "epoch_step": epoch_step or 0, "step": self.step, "best_top1": self.best_top1,
-            "model": self.precision.model_state_dict(self.strategy.unwrap(self.model)),
+            "model": self.strategy.module_state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
@@ -336,12 +322,13 @@ class Trainer:
             self.strategy.teardown()
 
 
-def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = None,
+def run(strategy_class, entry: str, description: str = "", defaults: Optional[dict] = None,
         argv: Optional[list] = None) -> None:
     """What every entry script calls: parse, set up, train, and turn bad input into exit 2."""
-    trainer = None
+    trainer = strategy = None
     try:
         cfg = parse_args(argv, description, defaults)
+        strategy = strategy_class.from_config(cfg)
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()
         trainer.fit()
@@ -365,7 +352,7 @@ def run(strategy, entry: str, description: str = "", defaults: Optional[dict] = 
         trainer.close()
         sys.exit(PREEMPTED_EXIT_CODE)
     except Exception as err:
-        explanation = strategy.explain_failure(err)
+        explanation = strategy.explain_failure(err) if strategy is not None else None
         if trainer is not None:
             trainer.close(teardown=False)  # peers learn of it by their own timeout
         if explanation is None:

@@ -10,13 +10,14 @@ import contextlib
 import datetime
 import os
 import socket
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from .config import TrainConfig, UsageError
+from .precision import Precision
 from .syncbn import convert_to_cross_rank_bn
 
 
@@ -34,58 +35,121 @@ def pick_device(requested: str, local_rank: int = 0) -> torch.device:
 
 
 class Strategy:
-    """Single process, single device. The base class is also the 'no distribution' strategy."""
+    """Single process, single device. The base class is also the 'no distribution' strategy.
+
+    The strategy owns the model and optimizer lifecycle, in this order: `setup_environment`
+    (process group, device) -> `setup_module` (convert, place, cast, share rank 0's weights,
+    make O2 masters, wrap) -> `setup_optimizer` -> per step `micro_step` / `backward` /
+    `optimizer_step` -> `module_state_dict` / `load_module_state_dict` for checkpoints.
+    Precision is a plugin it calls (`self.precision`); the plugin never calls back.
+    """
 
     name = "nd"
     rank, world_size, local_rank = 0, 1, 0
+    # Options of other strategies this one takes (the rest are refused with a pointer).
+    accepts: tuple = ()
 
-    def setup(self, cfg: TrainConfig) -> torch.device:
-        self.device = pick_device(cfg.device)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        return self.device
+    def __init__(self, precision: Optional[Precision] = None, *, device: str = "auto",
+                 channels_last: bool = False, compile: bool = False):
+        self.precision = precision or Precision()
+        self.device_request, self.channels_last, self.compile = device, channels_last, compile
 
-    # --- model and optimizer ---------------------------------------------------------------------
-    def convert_model(self, model: nn.Module, cfg: TrainConfig) -> nn.Module:
-        """Changes made before precision casting and wrapping (e.g. SyncBatchNorm)."""
-        if cfg.sync_bn:
-            print(f"note: --sync-bn has no effect with the {self.name} strategy (one process)")
-        return model
+    @classmethod
+    def from_config(cls, cfg: TrainConfig) -> "Strategy":
+        """The strategy with the options of `cfg` it understands; UsageError for those it
+        cannot honour."""
+        return cls(Precision.from_config(cfg), **cls.options_from(cfg))
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
-        return model
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        model = getattr(model, "_orig_mod", model)  # torch.compile wrapper
-        return getattr(model, "module", model)
-
-    def eval_model(self, model: nn.Module) -> nn.Module:
-        """The model to run validation with: it must not communicate, because validation
-        shards differ in size and a collective in forward would wait forever."""
-        return model
-
-    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
-                       cfg: TrainConfig) -> torch.optim.Optimizer:
-        """The optimizer the engine steps (Horovod wraps it to all-reduce gradients)."""
-        if cfg.fp16_allreduce:
+    @classmethod
+    def options_from(cls, cfg: TrainConfig) -> dict:
+        if cfg.fp16_allreduce and "fp16_allreduce" not in cls.accepts:
             raise UsageError("--fp16-allreduce is Horovod's gradient compression (train/hvd.py); "
                              "DDP's counterpart is --ddp-comm-hook fp16")
-        if cfg.ddp_comm_hook != "none" and not isinstance(self, DDPStrategy):
-            raise UsageError(f"--ddp-comm-hook is a DDP option; the {self.name} strategy has no "
+        if cfg.ddp_comm_hook != "none" and "ddp_comm_hook" not in cls.accepts:
+            raise UsageError(f"--ddp-comm-hook is a DDP option; the {cls.name} strategy has no "
                              "DDP gradient all-reduce to hook")
+        if cfg.sync_bn and "sync_bn" not in cls.accepts:
+            print(f"note: --sync-bn has no effect with the {cls.name} strategy (one process)")
+        return dict(device=cfg.device, channels_last=cfg.channels_last, compile=cfg.compile)
+
+    # --- environment -----------------------------------------------------------------------------
+    def setup_environment(self) -> torch.device:
+        self.device = pick_device(self.device_request, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.precision.bind(self.device, notice=print if self.is_main() else _silent)
+        return self.device
+
+    # --- model -----------------------------------------------------------------------------------
+    def setup_module(self, model: nn.Module) -> nn.Module:
+        """The model to train: converted, on its device, cast, identical on every rank and
+        wrapped. `self.module` keeps the bare model (state dicts, validation)."""
+        model = self._convert_module(model)
+        memory_format = torch.channels_last if self.channels_last else torch.preserve_format
+        model = self.precision.convert_module(model.to(self.device, memory_format=memory_format))
+        self.module = model
+        wrapped = self._wrap_and_share(model)
+        # After the broadcast, so that every rank's fp32 masters are rank 0's weights.
+        self.precision.setup_masters(model)
+        self.model = torch.compile(wrapped) if self.compile else wrapped
+        return self.model
+
+    def _convert_module(self, model: nn.Module) -> nn.Module:
+        """Changes made before placing and casting (e.g. SyncBatchNorm)."""
+        return model
+
+    def _wrap_and_share(self, model: nn.Module) -> nn.Module:
+        """Wrap the model for training and give every rank rank 0's weights and buffers."""
+        return model
+
+    def eval_model(self) -> nn.Module:
+        """The model to run validation with: it must not communicate, because validation
+        shards differ in size and a collective in forward would wait forever."""
+        return self.model
+
+    def module_state_dict(self) -> dict:
+        return self.precision.module_state_dict(self.module)
+
+    def load_module_state_dict(self, state: dict) -> None:
+        """Every rank loads the same checkpoint: no broadcast needed afterwards."""
+        self.precision.load_module_state_dict(self.module, state)
+
+    # --- optimizer and step ----------------------------------------------------------------------
+    def named_optimizer_params(self) -> List[Tuple[str, torch.Tensor]]:
+        """What the optimizer must update (fp32 masters under O2), named after the model's
+        parameters (for parameter groups)."""
+        return self.precision.named_optimizer_params(self.module)
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         return optimizer
 
-    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        pass
+    def micro_step(self, last: bool):
+        """Context for one micro-batch's forward and backward. With gradient accumulation the
+        micro-batches before the last skip the gradient reduction, except under O2: there each
+        micro-batch's reduced half gradients are summed in the fp32 masters (as apex with
+        torch DDP), so every one is reduced."""
+        if last or self.precision.has_masters:
+            return contextlib.nullcontext()
+        return self._no_sync()
 
-    def no_sync(self, model: nn.Module):
-        """Context for micro-steps of gradient accumulation that must not communicate."""
+    def _no_sync(self):
         return contextlib.nullcontext()
 
-    def synchronized_step(self, optimizer: torch.optim.Optimizer):
-        """Context around the optimizer step, entered after the step's last backward: on entry
-        every gradient is fully reduced (DDP reduces during backward, so nothing to do)."""
-        return contextlib.nullcontext()
+    def backward(self, loss: torch.Tensor) -> None:
+        self.precision.backward(loss)
+        if self.precision.has_masters:
+            self._reduce_gradients()
+            self.precision.accumulate_grads()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscaling, the overflow check and the update see fully reduced gradients, so every
+        rank skips (or takes) the same steps."""
+        if not self.precision.has_masters:  # O2 reduced and moved them in `backward`
+            self._reduce_gradients()
+        self.precision.optimizer_step(optimizer)
+
+    def _reduce_gradients(self) -> None:
+        """Wait until every gradient is averaged over the ranks (DDP does it in backward)."""
 
     # --- collectives -----------------------------------------------------------------------------
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -131,22 +195,45 @@ class Strategy:
         pass
 
 
+def _silent(message: str) -> None:
+    pass
+
+
+class _InPrecisionContext(nn.Module):
+    """Runs the wrapped module inside the precision's forward context (autocast for O1)."""
+
+    def __init__(self, module: nn.Module, context):
+        super().__init__()
+        self.module, self.context = module, context
+
+    def forward(self, *args, **kwargs):
+        with self.context():
+            return self.module(*args, **kwargs)
+
+
 class DataParallelStrategy(Strategy):
     """One process drives every visible GPU; the batch is split across them each step."""
 
     name = "dp"
 
-    def setup(self, cfg: TrainConfig) -> torch.device:
-        device = super().setup(cfg)
+    def setup_environment(self) -> torch.device:
+        device = super().setup_environment()
         if device.type == "cpu":
             print("note: DataParallel without GPUs runs the model on the CPU as a plain module")
         return device
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
+    def replica_module(self, model: nn.Module) -> nn.Module:
+        # DataParallel: each replica runs in a thread of its own, and autocast state is per
+        # thread. parallel_apply re-enters autocast with only `enabled`, so the replicas would
+        # run at the device's default half type (fp16 on CUDA, even for a bf16 run, with no
+        # loss scaler): each replica enters the precision's own context instead.
+        return _InPrecisionContext(model, self.precision.forward_context)
+
+    def _wrap_and_share(self, model: nn.Module) -> nn.Module:
         if self.device.type != "cuda":
             return model
         # DataParallel: replicate the module to all GPUs every step; gradients land on GPU 0.
-        return nn.DataParallel(model)
+        return nn.DataParallel(self.replica_module(model))
 
     @property
     def num_devices(self) -> int:
@@ -186,8 +273,24 @@ class DDPStrategy(Strategy):
     """One process per device; gradients all-reduced in buckets, overlapped with backward."""
 
     name = "ddp"
+    accepts = ("ddp_comm_hook", "sync_bn")
 
-    def setup(self, cfg: TrainConfig) -> torch.device:
+    def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
+                 comm_hook: str = "none", powersgd_rank: int = 1, powersgd_start_step: int = 10,
+                 seed: int = 0, dist_timeout: float = 600.0, **common):
+        super().__init__(precision, **common)
+        self.sync_bn, self.comm_hook = sync_bn, comm_hook
+        self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
+        self.seed, self.timeout = seed, dist_timeout
+
+    @classmethod
+    def options_from(cls, cfg: TrainConfig) -> dict:
+        return dict(super().options_from(cfg), sync_bn=cfg.sync_bn, comm_hook=cfg.ddp_comm_hook,
+                    powersgd_rank=cfg.powersgd_rank,
+                    powersgd_start_step=cfg.powersgd_start_step,
+                    seed=cfg.seed if cfg.seed is not None else 0, dist_timeout=cfg.dist_timeout)
+
+    def setup_environment(self) -> torch.device:
         # DDP: torchrun (or srun + env) tells each process who it is.
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
@@ -196,22 +299,18 @@ class DDPStrategy(Strategy):
             # Started with plain `python`: run as a world of one so the script still works.
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(free_port()))
-        self.device = pick_device(cfg.device, self.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        self.timeout = cfg.dist_timeout
-        self.cfg = cfg
+        device = super().setup_environment()
         # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend.
-        self.backend = "nccl" if self.device.type == "cuda" else "gloo"
-        timeout = datetime.timedelta(seconds=cfg.dist_timeout)
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        timeout = datetime.timedelta(seconds=self.timeout)
         dist.init_process_group(
             backend=self.backend, rank=self.rank, world_size=self.world_size, timeout=timeout,
             store=_store_for_this_attempt(self.rank, self.world_size, timeout),
-            device_id=self.device if self.backend == "nccl" else None)
-        return self.device
+            device_id=device if self.backend == "nccl" else None)
+        return device
 
-    def convert_model(self, model: nn.Module, cfg: TrainConfig) -> nn.Module:
-        if cfg.sync_bn:
+    def _convert_module(self, model: nn.Module) -> nn.Module:
+        if self.sync_bn:
             # DDP: BatchNorm statistics over the global batch instead of each rank's slice.
             # torch's SyncBatchNorm is GPU-only; CrossRankBatchNorm does the same over gloo.
             if self.device.type == "cuda":
@@ -219,52 +318,50 @@ class DDPStrategy(Strategy):
             return convert_to_cross_rank_bn(model)
         return model
 
-    def wrap_model(self, model: nn.Module) -> nn.Module:
+    def _wrap_and_share(self, model: nn.Module) -> nn.Module:
         # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces
         # gradient buckets during backward.
         ids = [self.device.index] if self.device.type == "cuda" else None
-        one_bucket = self.cfg.ddp_comm_hook == "powersgd" and self.backend == "gloo"
+        one_bucket = self.comm_hook == "powersgd" and self.backend == "gloo"
         # DDP: PowerSGD chains a second all-reduce onto each bucket's first one, in a callback.
         # gloo completes buckets in any order, so ranks would issue those second all-reduces in
         # different orders and mismatch (pytorch#58467): on gloo PowerSGD gets one bucket.
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=ids, bucket_cap_mb=1e5 if one_bucket else None)
         self._register_comm_hook(ddp)
+        self._ddp = ddp
         return ddp
 
     def _register_comm_hook(self, ddp: nn.parallel.DistributedDataParallel) -> None:
         """DDP: replace the plain bucket all-reduce by one of PyTorch's built-in hooks."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-        cfg = self.cfg
-        if cfg.ddp_comm_hook == "fp16":
+        if self.comm_hook == "fp16":
             # Half the bytes on the wire; the averaged bucket is cast back to the grad dtype.
             ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        elif cfg.ddp_comm_hook == "bf16":
+        elif self.comm_hook == "bf16":
             ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-        elif cfg.ddp_comm_hook == "powersgd":
+        elif self.comm_hook == "powersgd":
             # Rank-r factors instead of full gradient matrices; the compression error is fed
             # back into the next step. Its error-feedback state is not checkpointed: after a
             # resume it starts again from zero (one step of slightly different compression).
             state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=cfg.powersgd_rank,
-                start_powerSGD_iter=cfg.powersgd_start_step,
-                random_seed=cfg.seed if cfg.seed is not None else 0)
+                process_group=None, matrix_approximation_rank=self.powersgd_rank,
+                start_powerSGD_iter=self.powersgd_start_step, random_seed=self.seed)
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
 
-    def eval_model(self, model: nn.Module) -> nn.Module:
+    def eval_model(self) -> nn.Module:
         # DDP: validate with the plain module (the wrapper would broadcast in every forward, and
         # shards differ in length), but first give every rank rank 0's buffers: each rank has
         # updated its BatchNorm running stats with its own batches since the last broadcast,
         # and the checkpoint holds rank 0's, so that is the model validation must score.
-        module = self.unwrap(model)
-        for buffer in module.buffers():
+        for buffer in self.module.buffers():
             dist.broadcast(buffer, src=0)
-        return module
+        return self.module
 
-    def no_sync(self, model: nn.Module):
+    def _no_sync(self):
         # DDP: skip the gradient all-reduce on accumulation micro-steps.
-        return model.no_sync()
+        return self._ddp.no_sync()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
@@ -284,8 +381,7 @@ class DDPStrategy(Strategy):
         dist.barrier()
 
     def describe(self) -> dict:
-        return {**super().describe(), "backend": self.backend,
-                "comm_hook": self.cfg.ddp_comm_hook}
+        return {**super().describe(), "backend": self.backend, "comm_hook": self.comm_hook}
 
     def explain_failure(self, err: BaseException) -> Optional[str]:
         text = str(err).strip()
@@ -305,13 +401,57 @@ class DDPStrategy(Strategy):
             dist.destroy_process_group()
 
 
+class _BFloat16OverFloat32:
+    """Horovod 'compression' that lets bfloat16 gradients travel as float32 (Horovod 0.28 has
+    no bfloat16 collectives); every other dtype travels as it is."""
+
+    @staticmethod
+    def compress(tensor: torch.Tensor):
+        if tensor.dtype == torch.bfloat16:
+            return tensor.float(), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, dtype):
+        return tensor if dtype is None else tensor.to(dtype)
+
+
+class _HorovodGatherRows(torch.autograd.Function):
+    """hvd.allgather of one row per rank whose backward SUMS the gradients over ranks, as
+    torch.distributed's differentiable all-gather does. (hvd.allgather's own backward
+    averages them, which under-weights the cross-rank terms of SyncBN's statistics by the
+    world size.)"""
+
+    @staticmethod
+    def forward(ctx, row: torch.Tensor) -> torch.Tensor:
+        import horovod.torch as hvd
+        return hvd.allgather(row)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        import horovod.torch as hvd
+        return hvd.allreduce(grad, op=hvd.Sum)[hvd.rank():hvd.rank() + 1]
+
+
 class HorovodStrategy(Strategy):
     """One process per device, launched by horovodrun; gradients all-reduced by Horovod's
     DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
 
     name = "hvd"
+    accepts = ("fp16_allreduce", "sync_bn")
 
-    def setup(self, cfg: TrainConfig) -> torch.device:
+    def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
+                 fp16_allreduce: bool = False, backward_passes_per_step: int = 1, **common):
+        super().__init__(precision, **common)
+        self.sync_bn, self.fp16_allreduce = sync_bn, fp16_allreduce
+        self.backward_passes_per_step = backward_passes_per_step
+
+    @classmethod
+    def options_from(cls, cfg: TrainConfig) -> dict:
+        return dict(super().options_from(cfg), sync_bn=cfg.sync_bn,
+                    fp16_allreduce=cfg.fp16_allreduce, backward_passes_per_step=cfg.grad_accum)
+
+    def setup_environment(self) -> torch.device:
         try:
             import horovod.torch as hvd
         except ImportError as err:
@@ -320,42 +460,47 @@ class HorovodStrategy(Strategy):
         self.hvd = hvd
         hvd.init()  # Horovod: ranks, sizes and the controller come from horovodrun
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
-        self.device = pick_device(cfg.device, self.local_rank)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)  # Horovod: one GPU per process, by local rank
-        if cfg.sync_bn:
-            raise UsageError("--sync-bn is not supported with train/hvd.py; use train/ddp.py")
-        return self.device
+        return super().setup_environment()  # Horovod: one GPU per process, by local rank
 
-    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, named_parameters: list,
-                       cfg: TrainConfig) -> torch.optim.Optimizer:
-        hvd = self.hvd
-        if cfg.ddp_comm_hook != "none":
-            raise UsageError("--ddp-comm-hook is DDP's; Horovod's gradient compression is "
-                             "--fp16-allreduce")
-        if any(p.dtype == torch.bfloat16 for _, p in named_parameters):
-            raise UsageError("Horovod 0.28 cannot all-reduce bfloat16 gradients (O3 with "
-                             "bfloat16): use --opt-level O1 or O2, or float16 on a GPU")
-        # Horovod: all-reduce (average) each gradient as soon as backward produces it, after
-        # every --batches-per-allreduce backward passes; fp16 compression halves the traffic.
-        return hvd.DistributedOptimizer(
-            optimizer, named_parameters=named_parameters,
-            compression=hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none,
-            backward_passes_per_step=cfg.grad_accum, op=hvd.Average)
-
-    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        # Horovod: every rank starts from rank 0's weights and buffers, and after a resume from
-        # its optimizer state (momentum buffers). A fresh optimizer has no state to send, and
-        # hvd.broadcast_optimizer_state would first create some with one SGD step on zero
-        # gradients, which weight decay turns into a real update: so only when there is state.
-        self._broadcast_from_rank0(model.state_dict().items())
-        if optimizer.state_dict()["state"]:
-            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-
-    def eval_model(self, model: nn.Module) -> nn.Module:
-        # Horovod: like DDP, validate with rank 0's BatchNorm running statistics.
-        self._broadcast_from_rank0(model.named_buffers())
+    def _convert_module(self, model: nn.Module) -> nn.Module:
+        if self.sync_bn:
+            # Horovod: BatchNorm statistics over the global batch, gathered by Horovod (the
+            # statistics' gradients flow back to every rank).
+            return convert_to_cross_rank_bn(model, gather=_HorovodGatherRows.apply)
         return model
+
+    def _wrap_and_share(self, model: nn.Module) -> nn.Module:
+        # Horovod: every rank starts from rank 0's weights and buffers. (After a resume every
+        # rank loads the same checkpoint, optimizer state included: nothing more to send.)
+        self._broadcast_from_rank0(model.state_dict().items())
+        return model
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        hvd = self.hvd
+        # Horovod: DistributedOptimizer all-reduces each gradient from a hook that fires as soon
+        # as backward produces it. Hooks only fire on tensors autograd reaches: the model's own
+        # parameters (half under O2), never the fp32 masters the optimizer updates. So it wraps
+        # a stand-in over the model's parameters that is never stepped, and serves as the
+        # gradient reducer (`synchronize`); the precision plugin steps the real optimizer.
+        stand_in = torch.optim.SGD(self.module.parameters(), lr=0.0)
+        self.reducer = hvd.DistributedOptimizer(
+            stand_in, named_parameters=list(self.module.named_parameters()),
+            # fp16 compression halves the traffic; otherwise bf16 must travel as fp32
+            compression=hvd.Compression.fp16 if self.fp16_allreduce else _BFloat16OverFloat32,
+            # O2 reduces every micro-batch (summed in the fp32 masters), the others only the last
+            backward_passes_per_step=(1 if self.precision.has_masters
+                                      else self.backward_passes_per_step),
+            op=hvd.Average)
+        return optimizer
+
+    def _reduce_gradients(self) -> None:
+        # Horovod: wait for the all-reduces the hooks started during backward.
+        self.reducer.synchronize()
+
+    def eval_model(self) -> nn.Module:
+        # Horovod: like DDP, validate with rank 0's BatchNorm running statistics.
+        self._broadcast_from_rank0(self.module.named_buffers())
+        return self.model
 
     def _broadcast_from_rank0(self, named_tensors) -> None:
         """In place, like hvd.broadcast_parameters, but Horovod 0.28 has no bfloat16
@@ -365,12 +510,6 @@ class HorovodStrategy(Strategy):
             self.hvd.broadcast_(wire, root_rank=0, name=f"recipe.broadcast.{name}")
             if wire is not tensor:
                 tensor.copy_(wire)
-
-    def synchronized_step(self, optimizer: torch.optim.Optimizer):
-        # Horovod: wait for the gradient all-reduce here, so that unscaling, the overflow check
-        # and the update see reduced gradients, then step without a second synchronize.
-        optimizer.synchronize()
-        return optimizer.skip_synchronize()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor.copy_(self.hvd.allreduce(tensor, op=self.hvd.Sum))

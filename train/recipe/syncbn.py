@@ -12,14 +12,30 @@ once activations have a large mean, and the gradients drift away from single-pro
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
 
 
+def _gather_over_world(local: torch.Tensor) -> torch.Tensor:
+    """Every rank's row, concatenated along dim 0; differentiable (torch.distributed)."""
+    return funcol.all_gather_tensor_autograd(local, gather_dim=0, group=dist.group.WORLD)
+
+
 class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
-    """BatchNorm whose training statistics cover the batches of every rank."""
+    """BatchNorm whose training statistics cover the batches of every rank.
+
+    `gather` concatenates every rank's (1, 2C+1) statistics row along dim 0 and must be
+    differentiable: torch.distributed's by default, Horovod's `hvd.allgather` under horovodrun.
+    """
+
+    def __init__(self, *args, gather: Callable[[torch.Tensor], torch.Tensor] = _gather_over_world,
+                 **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gather = gather
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
@@ -30,11 +46,12 @@ class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
             return super().forward(x)
         channels = x.shape[1]
         reduce_dims = [d for d in range(x.dim()) if d != 1]
-        xf = x.float()  # statistics in fp32 whatever the input dtype
+        # statistics in fp32 whatever the input dtype (float64 stays float64)
+        xf = x if x.dtype == torch.float64 else x.float()
         local_var, local_mean = torch.var_mean(xf, dim=reduce_dims, correction=0)
-        local_count = torch.full((1,), x.numel() / channels, device=x.device)
+        local_count = torch.full((1,), x.numel() / channels, dtype=xf.dtype, device=x.device)
         local = torch.cat([local_mean, local_var, local_count]).unsqueeze(0)
-        ranks = funcol.all_gather_tensor_autograd(local, gather_dim=0, group=dist.group.WORLD)
+        ranks = self.gather(local)
         means, variances, counts = ranks[:, :channels], ranks[:, channels:-1], ranks[:, -1:]
         total = counts.sum()
         mean = (counts * means).sum(0) / total
@@ -52,19 +69,22 @@ class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
         shape = [1, channels] + [1] * (x.dim() - 2)
         y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
         if self.affine:
-            y = y * self.weight.float().view(shape) + self.bias.float().view(shape)
+            y = (y * self.weight.to(xf.dtype).view(shape)
+                 + self.bias.to(xf.dtype).view(shape))
         return y.to(x.dtype)
 
 
-def convert_to_cross_rank_bn(module: nn.Module) -> nn.Module:
+def convert_to_cross_rank_bn(module: nn.Module,
+                             gather: Callable[[torch.Tensor], torch.Tensor] = _gather_over_world
+                             ) -> nn.Module:
     """Replace every BatchNorm*d in `module` (recursively) by CrossRankBatchNorm, keeping state."""
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and not isinstance(
             module, CrossRankBatchNorm):
         new = CrossRankBatchNorm(module.num_features, module.eps, module.momentum,
-                                 module.affine, module.track_running_stats)
+                                 module.affine, module.track_running_stats, gather=gather)
         new.load_state_dict(module.state_dict())
         new.train(module.training)
         return new
     for name, child in module.named_children():
-        setattr(module, name, convert_to_cross_rank_bn(child))
+        setattr(module, name, convert_to_cross_rank_bn(child, gather))
     return module

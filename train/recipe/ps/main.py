@@ -19,6 +19,7 @@ from ..config import UsageError, exit_on_usage_error, parse_args
 from ..engine import PREEMPTED_EXIT_CODE
 from ..data import build_loaders
 from ..models import build_model
+from ..precision import Precision
 from ..runlog import RunLog, environment_info
 from ..strategies import Strategy, pick_device
 from . import evaluator, server as srv, wire
@@ -50,7 +51,9 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(cfg, Strategy(), device)
-    model = build_model(cfg.arch, num_classes, cfg.pretrained)  # stays on the CPU
+    # stays on the CPU; float64 with --float64, like the workers
+    model = Precision.from_config(cfg).convert_module(build_model(cfg.arch, num_classes,
+                                                                  cfg.pretrained))
     run_dir, resume_state = _run_dir_and_resume_state(cfg)
     log = RunLog(run_dir, enabled=True)
     cfg.save(run_dir / "config.json")

@@ -21,6 +21,7 @@ import torch.nn as nn
 from ..data import build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
+from ..precision import Precision
 from ..schedule import scaled_lr
 from ..strategies import Strategy, pick_device
 from . import server as srv
@@ -65,8 +66,11 @@ class Worker:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         torch.manual_seed((cfg.seed or 0) + worker)  # weights are replaced by the first pull
         memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
-        self.model = build_model(cfg.arch, self.num_classes).to(self.device,
-                                                                 memory_format=memory_format)
+        # The parameter server trains at O0 (fp32, or float64 with --float64).
+        self.precision = Precision.from_config(cfg)
+        self.precision.bind(self.device, notice=lambda message: None)
+        self.model = self.precision.convert_module(
+            build_model(cfg.arch, self.num_classes).to(self.device, memory_format=memory_format))
         self.model.train()
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.bytes_pushed = self.bytes_pulled = 0
@@ -112,8 +116,8 @@ class Worker:
         """Forward and backward of one batch, slowed down by the --worker-slowdown factor (a
         sleep, so an emulated slow worker does not take CPU from the others)."""
         start = time.perf_counter()
-        output = self.model(images)
-        loss = self.criterion(output.float(), targets)
+        output = self.model(self.precision.convert_input(images))
+        loss = self.criterion(self.precision.convert_output(output), targets)
         self.model.zero_grad(set_to_none=True)
         loss.backward()
         correct1, correct5 = correct_topk(output, targets)

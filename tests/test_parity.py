@@ -1,0 +1,92 @@
+"""Strategies compute the same training: nd vs DDP vs Horovod vs the sync parameter server.
+
+Every run is the real entry script, in float64 (`--float64`), for 24 optimizer steps (3 epochs
+of 8) with the same global batch of 8, data order and initial weights. In float32 the runs
+drift apart within a few steps on CPUs whose kernels differ (AMX / AVX512-BF16 vs AVX2 pick
+other convolution algorithms), so a float32 comparison either fails on some CPUs or needs a
+tolerance too loose to catch real bugs; float64 keeps the summation-order noise at ~1e-9 after
+24 steps on any CPU. The tolerance, 1e-6, is broken by a 2x error in the gradient average
+(checked with a run at twice the lr) and by per-rank BatchNorm (DDP without --sync-bn vs nd).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TINY, records, run_script
+
+PARITY = TINY + ["--epochs", "3", "--lr", "0.4", "--seed", "3", "--float64"]
+REL = 1e-6
+
+
+def _losses(run_dir):
+    losses = [r["loss"] for r in records(run_dir, "train")]
+    assert len(losses) == 24  # 3 epochs x 8 steps, logged every step
+    return losses
+
+
+def _params(run_dir):
+    state = torch.load(run_dir / "checkpoint.pth", map_location="cpu", weights_only=True)
+    return {k: v for k, v in state["model"].items() if v.is_floating_point()
+            and "running" not in k}
+
+
+def _assert_same_training(run_a, run_b):
+    assert _losses(run_a) == pytest.approx(_losses(run_b), rel=REL)
+    a, b = _params(run_a), _params(run_b)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == torch.float64
+        torch.testing.assert_close(a[name], b[name], rtol=REL, atol=REL * 1e-2, msg=name)
+
+
+def _assert_different_training(run_a, run_b):
+    """Sensitivity: these two must NOT pass the parity tolerance."""
+    a, b = _losses(run_a), _losses(run_b)
+    assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) > 1e3 * REL
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_imagefolder, tmp_path_factory):
+    """nd (batch 8), DDP 2 x 4 with and without --sync-bn, and the twice-the-lr nd control."""
+    logdir = tmp_path_factory.mktemp("parity")
+    common = PARITY + ["--logdir", logdir]
+    run_script("nd.py", common + ["-b", "8", "--run-name", "nd", tiny_imagefolder])
+    run_script("ddp.py", common + ["-b", "4", "--sync-bn", "--run-name", "ddp",
+                                   tiny_imagefolder], nproc=2)
+    run_script("ddp.py", common + ["-b", "4", "--run-name", "ddp_local_bn", tiny_imagefolder],
+               nproc=2)
+    return logdir
+
+
+def test_ddp_matches_nd_exactly(runs, tiny_imagefolder):
+    _assert_same_training(runs / "nd", runs / "ddp")
+    assert [r["count"] for r in records(runs / "ddp", "train")] == [8] * 24
+    assert records(runs / "ddp", "run")[0]["precision"]["dtype"] == "float64"
+    # the tolerance catches a gradient average off by 2x (same as doubling the lr) ...
+    run_script("nd.py", PARITY + ["--logdir", runs, "-b", "8", "--lr", "0.8",
+                                  "--run-name", "nd_2x", tiny_imagefolder])
+    _assert_different_training(runs / "nd", runs / "nd_2x")
+    # ... and BatchNorm over each rank's half batch instead of the global batch
+    _assert_different_training(runs / "nd", runs / "ddp_local_bn")
+
+
+def test_horovod_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
+    pytest.importorskip("horovod.torch", reason="Horovod is not built: "
+                                                "bash launch/install_horovod.sh")
+    from test_horovod import run_hvd
+
+    common = PARITY + ["--logdir", runs, "-b", "4", tiny_imagefolder]
+    run_hvd(common + ["--sync-bn", "--run-name", "hvd"])
+    run_hvd(common + ["--run-name", "hvd_local_bn"])
+    _assert_same_training(runs / "nd", runs / "hvd")
+    _assert_same_training(runs / "ddp_local_bn", runs / "hvd_local_bn")
+
+
+def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
+    """The server's SGD on the 2 workers' mean gradient is DDP's update. Workers normalise
+    their own batches (the parameter server has no SyncBN), so the reference is DDP without
+    --sync-bn."""
+    run_script("ps.py", PARITY + ["--logdir", runs, "-b", "4", "--mode", "sync",
+                                  "--run-name", "ps", tiny_imagefolder], nproc=3)
+    _assert_same_training(runs / "ddp_local_bn", runs / "ps")
