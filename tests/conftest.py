@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 import pytest
+import torch
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,3 +128,24 @@ def add_damaged_files(class_dir) -> dict:
         path.write_bytes(data)
         made[path.name] = decodable
     return made
+
+
+def weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoint.pth", map_location="cpu", weights_only=True)
+
+
+def assert_resume_is_exact(launch, args: List, data: Path, logdir: Path) -> dict:
+    """2 epochs straight == 1 epoch, then `--resume auto` for the second: the checkpoints hold
+    bit-identical weights (O2: the fp32 masters) and loss-scaler state. `launch(argv)` runs one
+    training command. Returns the straight run's checkpoint."""
+    common = [*args, "--lr-steps", "1", "--logdir", logdir]
+    launch(common + ["--epochs", "2", "--run-name", "straight", data])
+    launch(common + ["--epochs", "1", "--run-name", "cut", data])
+    launch(common + ["--epochs", "2", "--run-name", "cut", "--resume", "auto", data])
+    straight, resumed = weights(logdir / "straight"), weights(logdir / "cut")
+    assert straight["model"].keys() == resumed["model"].keys()
+    for name, value in straight["model"].items():
+        assert torch.equal(value, resumed["model"][name]), name
+    assert straight["precision"] == resumed["precision"]
+    assert [e["epoch"] for e in records(logdir / "cut", "train_epoch")] == [0, 1]
+    return straight

@@ -1,7 +1,10 @@
-"""train/hvd.py under `horovodrun --gloo` on CPU: training, parity with DDP, fp16 compression
-and resume. Horovod is built by launch/install_horovod.sh (which .ci/run calls first)."""
+"""train/hvd.py under `horovodrun --gloo` on CPU: training, parity with DDP, fp16 compression,
+resume, and mixed precision (O2 gradients reduced during backward, float16 loss scaling).
+Horovod is built by launch/install_horovod.sh (which .ci/run calls first). Exact float64
+parity with nd, DDP and the parameter server is in tests/test_parity.py."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, TINY, TRAIN, _env, records, run_script
+from conftest import REPO, TINY, TRAIN, _env, assert_resume_is_exact, records, run_script
 
 pytest.importorskip("horovod.torch", reason="Horovod is not built: bash launch/install_horovod.sh")
 
@@ -29,8 +32,9 @@ def _weights(path):
 
 
 def test_horovod_trains_for_real(tiny_imagefolder, tmp_path):
-    run_hvd(TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--logdir", tmp_path,
-                    "--run-name", "hvd", tiny_imagefolder])
+    # float64: the same trajectory on every CPU (fp32 kernels differ between CPU kinds)
+    run_hvd(TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--float64",
+                    "--logdir", tmp_path, "--run-name", "hvd", tiny_imagefolder])
     epochs = records(tmp_path / "hvd", "train_epoch")
     assert [e["count"] for e in epochs] == [64, 64, 64]  # 2 ranks x 4 steps x 8
     assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]
@@ -85,3 +89,35 @@ def test_horovod_resume_continues_exactly(tiny_imagefolder, tmp_path):
     for name in straight:
         assert torch.equal(straight[name], resumed[name]), name
     assert [e["epoch"] for e in records(tmp_path / "cut", "train_epoch")] == [0, 1]
+
+
+@pytest.mark.parametrize("level,dtype", [("O2", "bfloat16"), ("O1", "float16"),
+                                         ("O2", "float16")])
+def test_horovod_mixed_precision_resume_is_bit_identical(tiny_imagefolder, tmp_path, level,
+                                                         dtype):
+    args = TINY + ["-b", "8", "--steps-per-epoch", "2", "--seed", "2", "--opt-level", level,
+                   "--amp-dtype", dtype]
+    state = assert_resume_is_exact(run_hvd, args, tiny_imagefolder, tmp_path)
+    assert state["model"]["conv1.weight"].dtype == torch.float32
+    train = records(tmp_path / "straight", "train")
+    if dtype == "float16":
+        assert all(r["loss_scale"] >= 1 for r in train)
+        assert state["precision"]["scaler"]["scale"] == train[-1]["loss_scale"]
+
+
+def test_horovod_o2_reduces_half_gradients_during_backward(tmp_path):
+    """Horovod's hooks must sit on the half model's parameters (what autograd reaches), so
+    every gradient's all-reduce starts during backward; the fp32 masters are then stepped."""
+    horovodrun = Path(sys.executable).parent / "horovodrun"
+    proc = subprocess.run([str(horovodrun), "-np", "2", "--gloo", sys.executable,
+                           str(REPO / "tests" / "horovod_o2_probe.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=_env(), cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        assert rank["reduced_in_backward"] == rank["parameters"]  # every one, overlapped
+        assert rank["half_parameters"] == ["0.bias", "0.weight", "5.bias", "5.weight"]
+        assert rank["grad_dtypes"] == ["torch.bfloat16", "torch.float32"]  # half + BN's fp32
+        assert rank["master_dtypes"] == ["torch.float32"]
+        assert rank["masters_moved"] and rank["half_is_master_rounded"]
+    assert ranks[0]["masters"] == ranks[1]["masters"]  # averaged gradients: ranks agree
