@@ -195,7 +195,11 @@ def make_dataset(root: Path, classes: int, train: int, val: int, min_size: int, 
 
 
 def emulated_bf16() -> bool:
-    """True on a CPU-only machine without native bf16 (AVX512-BF16 / AMX)."""
+    """True on a CPU-only machine without native bf16 (AVX512-BF16 / AMX).
+    RECIPES_CPU_BF16=native|emulated overrides the probe (tests force each case)."""
+    forced = os.environ.get("RECIPES_CPU_BF16")
+    if forced in ("native", "emulated"):
+        return forced == "emulated"
     import torch
     return not torch.cuda.is_available() and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 

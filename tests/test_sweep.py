@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 
@@ -15,9 +16,11 @@ sys.path.insert(0, str(REPO / "launch"))
 import results_tables  # noqa: E402
 
 
-def _run(script: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+def _run(script: str, *args, timeout: int = 300,
+         env: Optional[dict] = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, str(REPO / "launch" / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=_env(), cwd=REPO)
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**_env(), **(env or {})}, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -33,7 +36,10 @@ def _commands(stdout: str) -> dict:
 
 
 def test_sweep_dry_run_lists_every_combination(tmp_path):
-    cmds = _commands(_run("sweep.py", "--dry-run", "--out", tmp_path).stdout)
+    # The list depends on whether this CPU has native bf16: force the case (emulated here,
+    # native at the end), whatever CPU runs the test.
+    cmds = _commands(_run("sweep.py", "--dry-run", "--out", tmp_path,
+                          env={"RECIPES_CPU_BF16": "emulated"}).stdout)
     assert list(cmds) == [
         "nd-w1-O0", "ddp-w1-O0", "ddp-w2-O0", "ddp-w2-O0-hook_fp16", "ddp_apex-w1-O1",
         "ddp_apex-w2-O1", "hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress", "ps_sync-w1-O0",
@@ -61,6 +67,12 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
 
     only = _commands(_run("sweep.py", "--dry-run", "--only", "^hvd", "--no-curves").stdout)
     assert list(only) == ["hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress"]
+
+    # With native bf16 the mixed-precision learning curves are affordable and get a run too.
+    native = _commands(_run("sweep.py", "--dry-run", "--out", tmp_path, "--only", "^curves",
+                            env={"RECIPES_CPU_BF16": "native"}).stdout)
+    assert list(native) == ["curves-nd-w1-O0", "curves-ddp-w2-O0", "curves-ddp_apex-w2-O1",
+                            "curves-hvd-w2-O0", "curves-ps_sync-w2-O0"]
 
 
 def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):

@@ -112,7 +112,7 @@ class Trainer:
         self.strategy.load_module_state_dict(state["model"])
         if self.cfg.evaluate:
             return
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optimizer_state_dict(self.optimizer, state["optimizer"])
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
         self.resume_epoch_step = state.get("epoch_step", 0)
@@ -295,15 +295,18 @@ class Trainer:
         """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
         # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
         rng = self.strategy.gather_objects(checkpoint.rng_state())
+        start = time.perf_counter()
+        # On every rank: a strategy whose state is sharded (FSDP) gathers it collectively.
+        model_state = self.strategy.module_state_dict()
+        optimizer_state = self.strategy.optimizer_state_dict(self.optimizer)
         if not self.strategy.is_main():
             return
-        start = time.perf_counter()
         state = {
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
             "epoch_step": epoch_step or 0, "step": self.step, "best_top1": self.best_top1,
-            "model": self.strategy.module_state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "model": model_state, "optimizer": optimizer_state,
+            "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
         }

@@ -46,7 +46,8 @@ class Strategy:
 
     name = "nd"
     rank, world_size, local_rank = 0, 1, 0
-    # Options of other strategies this one takes (the rest are refused with a pointer).
+    # Strategy-specific options (config fields) this class honours; the others are refused
+    # with a pointer to the strategy that has them.
     accepts: tuple = ()
 
     def __init__(self, precision: Optional[Precision] = None, *, device: str = "auto",
@@ -108,11 +109,19 @@ class Strategy:
         return self.model
 
     def module_state_dict(self) -> dict:
+        """Called on every rank (a sharding strategy would gather here)."""
         return self.precision.module_state_dict(self.module)
 
     def load_module_state_dict(self, state: dict) -> None:
         """Every rank loads the same checkpoint: no broadcast needed afterwards."""
         self.precision.load_module_state_dict(self.module, state)
+
+    def optimizer_state_dict(self, optimizer: torch.optim.Optimizer) -> dict:
+        """Called on every rank (a sharding strategy would gather here)."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
 
     # --- optimizer and step ----------------------------------------------------------------------
     def named_optimizer_params(self) -> List[Tuple[str, torch.Tensor]]:

@@ -53,6 +53,7 @@ class PSConfig(TrainConfig):
         unsupported = [(self.opt_level != "O0", f"--opt-level {self.opt_level}"),
                        (self.backend.startswith("dali"), f"--data-backend {self.backend}"),
                        (self.grad_accum != 1, "--grad-accum"), (self.sync_bn, "--sync-bn"),
+                       (self.loss_scale is not None, "--loss-scale"),
                        (self.compile, "--compile"), (self.fp16_allreduce, "--fp16-allreduce"),
                        (self.ddp_comm_hook != "none", "--ddp-comm-hook"),
                        (self.evaluate, "--evaluate")]
