@@ -238,8 +238,8 @@ class Precision:
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale (if scaling), skip the step on overflow, update, and under O2 copy the
-        masters back into the half model. Every gradient must already be reduced."""
-        self.accumulate_grads()
+        masters back into the half model. Every gradient must already be reduced, and under
+        O2 moved into the masters by `accumulate_grads` (the strategy does both)."""
         self.scaler.step(optimizer)
         self.scaler.update()
         if self._master_pairs:

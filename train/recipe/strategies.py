@@ -515,9 +515,9 @@ class HorovodStrategy(Strategy):
         """In place, like hvd.broadcast_parameters, but Horovod 0.28 has no bfloat16
         collectives: those tensors travel as float32 (exact: bf16 -> fp32 -> bf16)."""
         for name, tensor in named_tensors:
-            wire = tensor.float() if tensor.dtype == torch.bfloat16 else tensor
+            wire, bf16 = _BFloat16OverFloat32.compress(tensor)
             self.hvd.broadcast_(wire, root_rank=0, name=f"recipe.broadcast.{name}")
-            if wire is not tensor:
+            if bf16:
                 tensor.copy_(wire)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
