@@ -13,18 +13,15 @@ from conftest import TINY, add_damaged_files, records, run_script
 pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
 
 from recipe.config import UsageError, parse_args  # noqa: E402
-from recipe.data import build_loaders  # noqa: E402
-from recipe.strategies import Strategy  # noqa: E402
+from recipe.data import Shard, build_loaders  # noqa: E402
 
 CPU = torch.device("cpu")
 
 
-def _rank(rank: int, world: int) -> Strategy:
-    """The base strategy posing as one rank of a world (sharding only: no collectives needed
-    by a loader except gathering the damaged-file lists, which this test data has none of)."""
-    strategy = Strategy()
-    strategy.rank, strategy.world_size = rank, world
-    return strategy
+def _rank(rank: int, world: int) -> Shard:
+    """One rank of a world, as the loaders see it (no collectives: gathering the damaged-file
+    lists is the only one, and this test data has no damaged file)."""
+    return Shard(rank=rank, world_size=world, is_main=rank == 0)
 
 
 def _cfg(data, backend="dali-cpu", *extra):

@@ -15,7 +15,7 @@ from conftest import REPO, TINY, TRAIN, _env, read_jsonl, records, run_script
 sys.path.insert(0, str(TRAIN))
 from recipe.data import ShardedSampler  # noqa: E402
 from recipe.ps.state_service import EsyncStateService  # noqa: E402
-from recipe.ps.worker import WorkerShard  # noqa: E402
+from recipe.ps.worker import worker_shard  # noqa: E402
 from recipe.strategies import free_port  # noqa: E402
 
 STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
@@ -214,12 +214,13 @@ def test_by_class_split_gives_each_worker_its_own_classes():
     targets = [i % 5 for i in range(50)]  # 5 classes, 10 images each
     seen = []
     for index in range(2):
-        subset = WorkerShard(index, 2, "by-class").train_subset(targets)
+        subset = worker_shard(index, 2, "by-class").train_subset(targets)
         sampler = ShardedSampler(len(targets), 0, 1, shuffle=True, seed=0, subset=subset)
         seen.append({targets[i] for i, _ in sampler})
         assert len(sampler) == len(subset)
     assert seen == [{0, 2, 4}, {1, 3}]
-    assert WorkerShard(0, 2, "iid").train_subset(targets) is None
+    iid = worker_shard(1, 2, "iid")
+    assert iid.train_subset is None and (iid.rank, iid.world_size) == (1, 2)
 
 
 def test_state_service_fits_fast_steps_into_the_slowest_step():

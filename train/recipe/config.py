@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
-OPT_LEVELS = ("O0", "O1", "O2", "O3")
-DATA_BACKENDS = ("pytorch", "synthetic", "dali-cpu", "dali-gpu")
+from .registry import DATA_BACKENDS, OPT_LEVELS
+
 LR_SCHEDULES = ("step", "cosine")
 DDP_COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
@@ -55,7 +55,7 @@ class TrainConfig:
         "data", help="dataset root with train/ and val/ ImageFolder trees "
                      "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
     data_backend: str = field(default="pytorch", metadata=opt(
-        "--data-backend", help="data loader", choices=DATA_BACKENDS))
+        "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
     dummy: bool = field(default=False, metadata=opt(
         "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
     workers: int = field(default=-1, metadata=opt(

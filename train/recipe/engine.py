@@ -53,7 +53,7 @@ class Trainer:
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
-            cfg, strategy, self.device)
+            cfg, strategy.data_shard(), self.device)
         resume_state = self._load_resume_state(self.num_classes)
 
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,

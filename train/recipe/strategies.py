@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from .config import TrainConfig, UsageError
+from .data import Shard
 from .precision import Precision
 from .syncbn import convert_to_cross_rank_bn
 
@@ -45,7 +46,7 @@ class Strategy:
     """
 
     name = "nd"
-    rank, world_size, local_rank = 0, 1, 0
+    rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
     # Strategy-specific options (config fields) this class honours; the others are refused
     # with a pointer to the strategy that has them.
     accepts: tuple = ()
@@ -175,14 +176,11 @@ class Strategy:
         pass
 
     # --- bookkeeping -----------------------------------------------------------------------------
-    def shard(self) -> tuple:
-        """(rank, world size) that data sharding must use: always the GLOBAL rank."""
-        return self.rank, self.world_size
-
-    def train_subset(self, targets: List[int]) -> Optional[List[int]]:
-        """Training-set indices this process may sample from before sharding (None: all).
-        Only the parameter server's non-IID split restricts it."""
-        return None
+    def data_shard(self) -> Shard:
+        """What the data loaders need to know of this process (sharded by the GLOBAL rank)."""
+        return Shard(rank=self.rank, world_size=self.world_size,
+                     local_world_size=self.local_world_size, is_main=self.is_main(),
+                     gather=self.gather_objects)
 
     def is_main(self) -> bool:
         return self.rank == 0
@@ -304,6 +302,7 @@ class DDPStrategy(Strategy):
         self.rank = _env_int("RANK", 0)
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)
+        self.local_world_size = _env_int("LOCAL_WORLD_SIZE", 1)
         if "RANK" not in os.environ:
             # Started with plain `python`: run as a world of one so the script still works.
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -469,6 +468,7 @@ class HorovodStrategy(Strategy):
         self.hvd = hvd
         hvd.init()  # Horovod: ranks, sizes and the controller come from horovodrun
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        self.local_world_size = hvd.local_size()  # horovodrun sets no LOCAL_WORLD_SIZE
         return super().setup_environment()  # Horovod: one GPU per process, by local rank
 
     def _convert_module(self, model: nn.Module) -> nn.Module:

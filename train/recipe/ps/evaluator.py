@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from .. import checkpoint
-from ..data import build_loaders
+from ..data import Shard, build_loaders
 from ..metrics import Stopwatch, SumMeter, correct_topk, summarize
 from ..models import build_model
 from ..runlog import RunLog
@@ -90,7 +90,7 @@ def watch(cfg) -> None:
         from ..config import UsageError
         raise UsageError(f"--evaluator {watched}: no such run dir")
     device = pick_device(cfg.device)
-    _, val_loader, num_classes = build_loaders(cfg, Strategy(), device)
+    _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
     out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
     log = RunLog(out_dir, enabled=True)
     log.write("run", config=cfg.to_dict(), entry="ps-evaluator", strategy="evaluator",

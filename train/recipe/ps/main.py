@@ -17,11 +17,11 @@ import torch.distributed.rpc as rpc
 from .. import checkpoint
 from ..config import UsageError, exit_on_usage_error, parse_args
 from ..engine import PREEMPTED_EXIT_CODE
-from ..data import build_loaders
+from ..data import Shard, build_loaders
 from ..models import build_model
 from ..precision import Precision
 from ..runlog import RunLog, environment_info
-from ..strategies import Strategy, pick_device
+from ..strategies import pick_device
 from . import evaluator, server as srv, wire
 from .config import PSConfig
 from .worker import Worker, WorkerStopped
@@ -50,7 +50,7 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
 def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
-    _, val_loader, num_classes = build_loaders(cfg, Strategy(), device)
+    _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
     # stays on the CPU; float64 with --float64, like the workers
     model = Precision.from_config(cfg).convert_module(build_model(cfg.arch, num_classes,
                                                                   cfg.pretrained))

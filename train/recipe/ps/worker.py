@@ -18,35 +18,25 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 
-from ..data import build_loaders
+from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
 from ..precision import Precision
 from ..schedule import scaled_lr
-from ..strategies import Strategy, pick_device
+from ..strategies import pick_device
 from . import server as srv
 from . import wire
 
 
-class WorkerShard(Strategy):
-    """What the data factory sees on worker i of N: an IID shard (like DDP rank i-1 of N), or
-    with --split by-class all images of the classes c with c % N == i-1."""
-
-    name = "ps-worker"
-
-    def __init__(self, index: int, workers: int, split: str):
-        self.index, self.workers, self.split = index, workers, split
-
-    def shard(self) -> tuple:
-        return (0, 1) if self.split == "by-class" else (self.index, self.workers)
-
-    def train_subset(self, targets) -> Optional[List[int]]:
-        if self.split != "by-class":
-            return None
-        return [i for i, t in enumerate(targets) if t % self.workers == self.index]
-
-    def is_main(self) -> bool:
-        return False
+def worker_shard(index: int, workers: int, split: str) -> Shard:
+    """Worker `index` of N reads an IID shard (like DDP rank index of N), or with
+    --split by-class all images of the classes c with c % N == index."""
+    # torchrun's count includes the server, which loads only the validation set.
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if split != "by-class":
+        return Shard(rank=index, world_size=workers, local_world_size=local, is_main=False)
+    return Shard(local_world_size=local, is_main=False, train_subset=lambda targets: [
+        i for i, t in enumerate(targets) if t % workers == index])
 
 
 class WorkerStopped(Exception):
@@ -60,7 +50,7 @@ class Worker:
         gpu = (local_rank - 1) % torch.cuda.device_count() if torch.cuda.is_available() else 0
         self.device = pick_device(cfg.device, gpu)
         self.loader, _, self.num_classes = build_loaders(
-            cfg, WorkerShard(worker - 1, workers, cfg.split), self.device)
+            cfg, worker_shard(worker - 1, workers, cfg.split), self.device)
         self.steps_per_epoch = len(self.loader)
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)

@@ -33,9 +33,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .config import TrainConfig, UsageError
-from .data import (IMAGENET_MEAN, IMAGENET_STD, ShardedSampler, cores_per_process,
-                   image_folders, local_world_size, sample_seed, val_resize_size)
+from ..config import TrainConfig, UsageError
+from .folders import IMAGENET_MEAN, IMAGENET_STD, image_folders, val_resize_size
+from .pytorch import cores_per_process
+from .sampling import Shard, ShardedSampler, sample_seed
 
 DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
 
@@ -87,14 +88,13 @@ def looks_complete(path: str) -> bool:
     return any(head.startswith(magic) and end in tail for magic, end in _MAGIC.items())
 
 
-def find_damaged(paths: Sequence[str], strategy, threads: int) -> List[int]:
+def find_damaged(paths: Sequence[str], shard: Shard, threads: int) -> List[int]:
     """Indices of files that fail `looks_complete`; each rank checks 1/world of them."""
-    rank, world = strategy.shard()
-    mine = range(rank, len(paths), world)
+    mine = range(shard.rank, len(paths), shard.world_size)
     with ThreadPoolExecutor(max(1, threads)) as pool:  # I/O bound: threads overlap the reads
         ok = list(pool.map(lambda i: looks_complete(paths[i]), mine))
     damaged = [i for i, good in zip(mine, ok) if not good]
-    return sorted(i for part in strategy.gather_objects(damaged) for i in part)
+    return sorted(i for part in shard.gather(damaged) for i in part)
 
 
 # --- the loader ----------------------------------------------------------------------------------
@@ -102,11 +102,11 @@ class DaliLoader:
     """One split: builds a DALI pipeline over this rank's files for each pass."""
 
     def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
-                 strategy, device: torch.device, threads: int):
+                 shard: Shard, device: torch.device, threads: int):
         self.fn, self.types, self.Pipeline, self.Iterator, self.LastBatchPolicy = import_dali()
         self.samples, self.train, self.cfg, self.device = samples, train, cfg, device
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
-        self.rank, world = strategy.shard()
+        self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
         self.seed = cfg.seed or 0
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
@@ -186,17 +186,17 @@ class DaliLoader:
         pass  # each pass's pipeline is released with its iterator
 
 
-def build_dali_loaders(cfg: TrainConfig, strategy, device: torch.device):
+def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     import_dali()
     dali_placement(cfg.backend, device)  # fail early on dali-gpu without a GPU
     train_set, val_set = image_folders(cfg)
-    threads = cfg.workers if cfg.workers > 0 else cores_per_process(local_world_size())
+    threads = cfg.workers if cfg.workers > 0 else cores_per_process(shard.local_world_size)
     loaders = []
     for dataset, train in ((train_set, True), (val_set, False)):
-        damaged = set(find_damaged([path for path, _ in dataset.samples], strategy, threads))
+        damaged = set(find_damaged([path for path, _ in dataset.samples], shard, threads))
         samples = [s for i, s in enumerate(dataset.samples) if i not in damaged]
-        if strategy.is_main() and damaged:
+        if shard.is_main and damaged:
             print(f"note: {len(damaged)} file(s) under {dataset.root} are not complete JPEG/PNG "
                   f"images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
-        loaders.append(DaliLoader(samples, len(damaged), train, cfg, strategy, device, threads))
+        loaders.append(DaliLoader(samples, len(damaged), train, cfg, shard, device, threads))
     return loaders[0], loaders[1], len(train_set.classes)

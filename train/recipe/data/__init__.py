@@ -1,0 +1,36 @@
+"""Data loaders behind one factory: `build_loaders(cfg, shard, device)`.
+
+    sampling.py   Shard (what a loader knows of its process) and ShardedSampler (which samples,
+                  in which order: the same global order for any number of processes)
+    folders.py    the train/ and val/ ImageFolder trees, read as uint8
+    pytorch.py    --data-backend pytorch: torchvision decoding in DataLoader workers
+    synthetic.py  --data-backend synthetic / --dummy: one random batch on the device
+    dali.py       --data-backend dali-cpu | dali-gpu: NVIDIA DALI pipelines
+
+Every backend yields the same thing to the engine: `(images, targets)` already on the device,
+images as normalised float32 NCHW (channels_last when asked), targets as int64; and every loader
+has `set_epoch(epoch, start_batch)`, `len()`, `num_samples` (this rank's share), `skipped`
+(unreadable files met in the last pass) and `close()`. Which module builds which backend is
+listed once, in `recipe.registry.DATA_BACKENDS`.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from ..config import TrainConfig
+from ..registry import DATA_BACKENDS
+from .folders import IMAGENET_MEAN, IMAGENET_STD, read_image_uint8, val_resize_size
+from .sampling import Shard, ShardedSampler, sample_seed
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Shard", "ShardedSampler", "build_loaders",
+           "read_image_uint8", "sample_seed", "val_resize_size"]
+
+
+def build_loaders(cfg: TrainConfig, shard: Shard, device: torch.device):
+    """-> (train_loader, val_loader, num_classes); loaders yield (images, targets) on device.
+
+    A backend's module is imported only when chosen (DALI is an optional dependency)."""
+    backend = importlib.import_module(DATA_BACKENDS[cfg.backend])
+    return backend.build(cfg, shard, device)

@@ -1,0 +1,110 @@
+"""ImageNet-style ImageFolder trees (`DIR/{train,val}/<class>/<image>`), read as uint8 tensors.
+
+Shared by the `pytorch` backend (which decodes with torchvision) and the DALI backends (which
+take the file lists and decode themselves).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Sequence, Tuple
+
+import torch
+import torchvision
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms import v2
+
+from ..config import TrainConfig, UsageError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+VAL_CROP_RATIO = 0.875  # 224 crop out of a 256 resize
+
+
+def val_resize_size(image_size: int) -> int:
+    return int(round(image_size / VAL_CROP_RATIO))
+
+
+
+def read_image_uint8(path: str) -> torch.Tensor:
+    """Decode a file to uint8 CHW RGB (grayscale and CMYK are converted)."""
+    return decode_image(torchvision.io.read_file(path), mode=ImageReadMode.RGB)
+
+
+class ImageFolderUint8(torchvision.datasets.ImageFolder):
+    """ImageFolder whose samples are uint8 tensors, keyed by (index, augmentation seed).
+
+    A file that cannot be decoded never raises in a worker (that would kill this rank and leave
+    the others waiting). Training replaces it with the next readable sample, so every batch keeps
+    its size and every rank its step count; validation drops it (returns None), so no image is
+    counted twice. Either way the collate function counts it.
+    """
+
+    def __init__(self, root: str, transform, replace_unreadable: bool):
+        super().__init__(root, transform=transform, loader=read_image_uint8)
+        self.replace_unreadable = replace_unreadable
+
+    def __getitem__(self, key):
+        index, seed = key
+        for unreadable in range(len(self.samples)):
+            path, target = self.samples[(index + unreadable) % len(self.samples)]
+            try:
+                # Per-sample augmentation randomness (see the module docstring); default_generator
+                # rather than torch.manual_seed, which also reseeds every CUDA device and costs
+                # ~100x more. fork_rng restores the CPU RNG for a loader in the main process.
+                with torch.random.fork_rng(devices=[]):
+                    torch.random.default_generator.manual_seed(seed)
+                    return self.transform(self.loader(path)), target, unreadable
+            except Exception as err:  # corrupt, truncated or not an image
+                warnings.warn(f"skipping unreadable image {path}: {err}")
+                if not self.replace_unreadable:
+                    return None
+        raise RuntimeError(f"no readable image at all in {self.root}")
+
+
+def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    """-> (uint8 images, int64 targets, number of unreadable files met for this batch)."""
+    good = [b for b in batch if b is not None]
+    skipped = (len(batch) - len(good)) + sum(unreadable for _, _, unreadable in good)
+    if not good:
+        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), skipped
+    images = torch.stack([img for img, _, _ in good])
+    targets = torch.tensor([t for _, t, _ in good], dtype=torch.int64)
+    return images, targets, skipped
+
+
+def train_transform(image_size: int):
+    return v2.Compose([v2.RandomResizedCrop(image_size, antialias=True),
+                       v2.RandomHorizontalFlip()])
+
+
+def val_transform(image_size: int):
+    return v2.Compose([v2.Resize(val_resize_size(image_size), antialias=True),
+                       v2.CenterCrop(image_size)])
+
+
+def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolderUint8:
+    if not root.is_dir():
+        raise UsageError(f"{root} does not exist: the dataset needs train/ and val/ folders of "
+                         "class sub-folders (see data/prepare_imagenet_val.py)")
+    try:
+        return ImageFolderUint8(str(root), transform, replace_unreadable)
+    except (FileNotFoundError, RuntimeError) as err:
+        raise UsageError(f"{root}: {err}. Expected one sub-folder per class holding images "
+                         "(e.g. make one with: python data/make_synthetic.py DIR)") from None
+
+
+def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]:
+    """The train/ and val/ ImageFolders of --data, checked: both exist, no class folder is
+    empty, and both have the same classes (so label i means the same class in both)."""
+    root = Path(cfg.data)
+    if not root.is_dir():
+        raise UsageError(f"data folder {root} does not exist")
+    train_set = _image_folder(root / "train", train_transform(cfg.image_size), True)
+    val_set = _image_folder(root / "val", val_transform(cfg.image_size), False)
+    if val_set.classes != train_set.classes:
+        missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]
+        raise UsageError(f"{root}: val/ and train/ class folders differ (e.g. {missing})")
+    return train_set, val_set
+
+

@@ -1,0 +1,82 @@
+"""Which samples a process reads, in which order: the shard description and the sampler.
+
+Sharding always uses the GLOBAL rank and world size. Training shards are equal in size (padded
+by wrapping around, like DistributedSampler, so every rank runs the same number of steps);
+validation shards are NOT padded, so every validation image is counted exactly once.
+
+Augmentation randomness is a function of (seed, epoch, sample index) only, not of the worker or
+rank that happens to load the sample: that is what makes runs with different process counts (and
+resumed runs) see the same crops.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import Sampler
+
+
+def _alone(obj: Any) -> List[Any]:
+    return [obj]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What a loader needs to know about the process it feeds (never the strategy itself)."""
+    rank: int = 0                # the GLOBAL rank the data is sharded by
+    world_size: int = 1
+    local_world_size: int = 1    # processes on this node: sizes loader workers and DALI threads
+    is_main: bool = True         # prints the notes meant for the user once
+    # Every rank's object, in rank order (a collective on every rank): DALI's file check.
+    gather: Callable[[Any], List[Any]] = _alone
+    # Training-set indices this process may sample from, given every sample's label (None: all).
+    # Only the parameter server's --split by-class restricts it.
+    train_subset: Optional[Callable[[Sequence[int]], List[int]]] = None
+
+
+def sample_seed(seed: int, epoch: int, index: int) -> int:
+    """The augmentation seed of one sample in one epoch (independent of rank and worker)."""
+    return (seed * 1_000_003 + epoch * 7_919 + index * 104_729) % (2 ** 63)
+
+
+class ShardedSampler(Sampler):
+    """Yields `(index, augmentation_seed)` keys for this rank's shard of one epoch.
+
+    train: a permutation seeded by (seed, epoch), padded to a multiple of the world size by
+           wrapping around, then rank r takes positions r, r+W, r+2W, ... so the union over ranks
+           of the k-th batches is exactly the k-th global batch of a single-process run.
+    val:   sequential, positions r, r+W, ...; no padding (shards may differ by one image).
+    """
+
+    def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int,
+                 subset: Optional[Sequence[int]] = None):
+        """`subset`: sample only these dataset indices (a parameter-server worker's classes)."""
+        self.subset = list(subset) if subset is not None else None
+        self.size = len(self.subset) if subset is not None else size
+        self.rank, self.world = rank, world
+        self.shuffle, self.seed, self.epoch, self.start = shuffle, seed, 0, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Select the epoch; `start` skips this rank's first samples (mid-epoch resume)."""
+        self.epoch, self.start = epoch, start
+
+    def _order(self) -> List[int]:
+        if not self.shuffle:
+            return list(range(self.size))
+        g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = torch.randperm(self.size, generator=g).tolist()
+        padding = (-len(order)) % self.world
+        return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
+
+    def __iter__(self) -> Iterator[Tuple[int, int]]:
+        for position in self._order()[self.rank::self.world][self.start:]:
+            index = self.subset[position] if self.subset is not None else position
+            yield index, sample_seed(self.seed, self.epoch, index)
+
+    def __len__(self) -> int:
+        if self.shuffle:
+            return max(math.ceil(self.size / self.world) - self.start, 0)
+        return len(range(self.rank, self.size, self.world)[self.start:])
+
