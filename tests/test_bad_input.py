@@ -129,4 +129,4 @@ def test_resume_from_another_architecture(tiny_imagefolder, tmp_path):
                                 tiny_imagefolder])
     _expect_usage_error(["-a", "resnet34", "--image-size", "32", "--resume",
                          tmp_path / "first/r18/checkpoint.pth", tiny_imagefolder],
-                        "holds resnet18", tmp_path)
+                        "holds arch resnet18", tmp_path)

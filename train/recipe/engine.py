@@ -9,23 +9,19 @@ import datetime
 import signal
 import sys
 import time
-from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 import torch
 import torch.nn as nn
 
-from . import checkpoint
+from . import checkpoint, lifecycle
 from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
+from .validation import evaluate
 from .models import build_model
-from .runlog import RunLog, environment_info
+from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
-
-
-# sysexits' EX_TEMPFAIL ("try again later"): the launch scripts requeue the job on it.
-PREEMPTED_EXIT_CODE = 75
 
 
 class Preempted(Exception):
@@ -79,33 +75,11 @@ class Trainer:
         self._open_run_dir(resume_state)
 
     def _load_resume_state(self, num_classes: int) -> Optional[dict]:
-        cfg = self.cfg
-        if not cfg.resume:
-            return None
-        if cfg.resume == "auto":
-            if cfg.run_name:  # that run only: never continue some other experiment
-                run_dir = Path(cfg.logdir) / cfg.run_name
-            else:
-                run_dir = checkpoint.find_latest_run(Path(cfg.logdir), self._run_prefix())
-            # every rank must resume from the same run, whatever its clock or listing says
-            run_dir = self.strategy.broadcast_object(run_dir)
-            state = checkpoint.load_newest_valid(run_dir) if run_dir else None
-            if state is None:
-                if self.strategy.is_main():
-                    print(f"note: --resume auto found no checkpoint under {cfg.logdir}; "
-                          "starting from scratch")
-                return None
-            path = state["path"]
-            if path.name == checkpoint.PREVIOUS and self.strategy.is_main():
-                checkpoint.set_aside_damaged(run_dir)
-        else:
-            path = Path(cfg.resume)
-            state = checkpoint.load(path)
-            state["path"] = path
-        if state["arch"] != cfg.arch or state.get("num_classes", num_classes) != num_classes:
-            raise UsageError(f"--resume {path} holds {state['arch']} with "
-                             f"{state.get('num_classes')} classes, but this run is {cfg.arch} "
-                             f"with {num_classes}: pass the matching -a/--arch and data")
+        strategy = self.strategy
+        state = lifecycle.find_resume_state(self.cfg, self._run_prefix(),
+                                            strategy.broadcast_object, strategy.is_main())
+        if state is not None:
+            lifecycle.check_resume_matches(state, arch=self.cfg.arch, num_classes=num_classes)
         return state
 
     def _restore(self, state: dict) -> None:
@@ -130,24 +104,15 @@ class Trainer:
 
     def _open_run_dir(self, resume_state: Optional[dict]) -> None:
         cfg, strategy = self.cfg, self.strategy
-        if cfg.resume == "auto" and resume_state is not None and not cfg.evaluate:
-            self.run_dir = Path(resume_state["path"]).parent  # continue the interrupted run
-        else:
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-            name = cfg.run_name or strategy.broadcast_object(self._run_prefix() + stamp)
-            self.run_dir = Path(cfg.logdir) / name
-            if (self.run_dir / checkpoint.LATEST).is_file() and not cfg.evaluate:
-                raise UsageError(f"{self.run_dir} already holds a run's checkpoint: continue it "
-                                 "with --resume auto, or choose another --run-name")
-        self.log = RunLog(self.run_dir, enabled=strategy.is_main())
-        if strategy.is_main():
-            cfg.save(self.run_dir / "config.json")
-        self.log.write("run", config=cfg.to_dict(), entry=self.entry, **strategy.describe(),
-                       precision=self.precision.describe(), global_batch=self.global_batch,
-                       lr=self.lr, steps_per_epoch=self.steps_per_epoch,
-                       train_samples_per_rank=self.train_loader.num_samples,
-                       device=str(self.device), resumed_from=str(resume_state["path"])
-                       if resume_state else None, **environment_info())
+        self.run_dir = lifecycle.run_directory(cfg, self._run_prefix(), resume_state,
+                                               strategy.broadcast_object,
+                                               writes_checkpoints=not cfg.evaluate)
+        self.log = lifecycle.open_log(self.run_dir, cfg, strategy.is_main())
+        lifecycle.write_run_record(
+            self.log, cfg, self.entry, resume_state, **strategy.describe(),
+            precision=self.precision.describe(), global_batch=self.global_batch, lr=self.lr,
+            steps_per_epoch=self.steps_per_epoch,
+            train_samples_per_rank=self.train_loader.num_samples, device=str(self.device))
         self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
                        f"device {self.device}, {self.precision.describe()}, global batch "
                        f"{self.global_batch}, lr {self.lr:.4g}; logging to {self.run_dir}")
@@ -171,11 +136,10 @@ class Trainer:
                 reason = f"reached --desired-acc {self.cfg.desired_acc}"
                 self.log.print(f"=> stopping: {reason}")
                 break
-        self.log.write("end", epoch=self.epoch, step=self.step, best_top1=self.best_top1,
-                       reason=reason)
+        lifecycle.write_end_record(self.log, self.epoch, self.step, self.best_top1, reason)
 
     def train_one_epoch(self) -> None:
-        cfg, strategy, precision = self.cfg, self.strategy, self.precision
+        cfg, strategy = self.cfg, self.strategy
         self.model.train()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
         self.train_loader.set_epoch(self.epoch, start_batch=start * cfg.grad_accum)
@@ -186,28 +150,14 @@ class Trainer:
         last_logged = start
         for epoch_step in range(start, self.steps_per_epoch):
             step_start = time.perf_counter()
-            for micro in range(cfg.grad_accum):
-                t = time.perf_counter()
-                images, targets = next(batches)
-                data_time += time.perf_counter() - t
-                with strategy.micro_step(last=micro == cfg.grad_accum - 1):
-                    with precision.forward_context():
-                        output = self.model(precision.convert_input(images))
-                    loss = self.criterion(precision.convert_output(output), targets)
-                    strategy.backward(loss / cfg.grad_accum)
-                correct1, correct5 = correct_topk(output, targets)
-                interval.add(len(targets), loss=loss * len(targets), correct1=correct1,
-                             correct5=correct5)
-            strategy.optimizer_step(self.optimizer)
-            self.optimizer.zero_grad()
-            self.scheduler.step()
-            self.step += 1
+            data_time += self.train_step(batches, interval)
             if self.slowdown > 1:  # --worker-slowdown: this process emulates a slower device
                 time.sleep((self.slowdown - 1) * (time.perf_counter() - step_start))
 
             done = epoch_step + 1
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
-                sums = interval.reduce(strategy)  # collective: every rank reaches this line
+                # collective: every rank reaches this line
+                sums = interval.reduce(strategy.all_reduce_sum)
                 interval.reset()
                 for k, v in sums.items():
                     epoch_sums[k] = epoch_sums.get(k, 0.0) + v
@@ -229,6 +179,30 @@ class Trainer:
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
                        f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
 
+    def train_step(self, batches: Iterator, meter: SumMeter) -> float:
+        """One optimizer step: --grad-accum micro-batches (gradient sync on the last only),
+        the precision's forward/backward, the optimizer step and the schedule. Adds the
+        micro-batches' loss and hits to `meter`; returns the seconds spent waiting for data."""
+        cfg, strategy, precision = self.cfg, self.strategy, self.precision
+        data_time = 0.0
+        for micro in range(cfg.grad_accum):
+            t = time.perf_counter()
+            images, targets = next(batches)
+            data_time += time.perf_counter() - t
+            with strategy.micro_step(last=micro == cfg.grad_accum - 1):
+                with precision.forward_context():
+                    output = self.model(precision.convert_input(images))
+                loss = self.criterion(precision.convert_output(output), targets)
+                strategy.backward(loss / cfg.grad_accum)
+            correct1, correct5 = correct_topk(output, targets)
+            meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
+                      correct5=correct5)
+        strategy.optimizer_step(self.optimizer)
+        self.optimizer.zero_grad()
+        self.scheduler.step()
+        self.step += 1
+        return data_time
+
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
                       done: int) -> None:
         stats = summarize(sums)
@@ -248,29 +222,14 @@ class Trainer:
             f"lr {lr:.4g}  img/s {img_s:.1f} ({img_s / self.strategy.world_size:.1f}/proc)  "
             f"data {data_time / steps:.3f}s  step {step_time:.3f}s  ETA {eta}")
 
-    @torch.no_grad()
     def validate(self) -> Dict[str, float]:
-        """Exact validation: every rank evaluates its own unpadded shard and the sums are
-        all-reduced, so each image counts exactly once whatever the number of ranks."""
-        model = self.strategy.eval_model()
-        model.eval()
-        meter = SumMeter(("loss", "correct1", "correct5"), self.device)
-        watch = Stopwatch(self.device)
-        for images, targets in self.val_loader:
-            with self.precision.forward_context():
-                output = model(self.precision.convert_input(images))
-            loss = self.criterion(self.precision.convert_output(output), targets)
-            correct1, correct5 = correct_topk(output, targets)
-            meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
-                      correct5=correct5)
-        stats = summarize(meter.reduce(self.strategy))
-        seconds = watch.lap()
+        stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
+                         self.criterion, self.precision, self.strategy.all_reduce_sum)
         self.log.write("val", epoch=self.epoch, step=self.step, **stats,
-                       img_s=stats["count"] / seconds, seconds=seconds,
                        skipped=self._skipped(self.val_loader))
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
-                       f"({stats['count']} images, {seconds:.1f}s)")
+                       f"({stats['count']} images, {stats['seconds']:.1f}s)")
         return stats
 
     def _sum_over_ranks(self, value: float) -> float:
@@ -342,18 +301,16 @@ def run(strategy_class, entry: str, description: str = "", defaults: Optional[di
     except checkpoint.CheckpointWriteError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         trainer.close()
-        sys.exit(1)
+        sys.exit(lifecycle.EXIT_FAILED)
     except Preempted as stop:
-        trainer.log.write("end", epoch=trainer.epoch, step=trainer.step,
-                          best_top1=trainer.best_top1, reason=f"preempted by {stop}")
+        lifecycle.write_end_record(trainer.log, trainer.epoch, trainer.step,
+                                   trainer.best_top1, f"preempted by {stop}")
         # Nobody leaves before rank 0 has written all of it: a launcher may kill the group as
         # soon as one rank exits (horovodrun does, after 5 s).
         trainer.strategy.barrier()
-        trainer.log.print(f"=> {stop}: checkpoint written; exiting with status "
-                          f"{PREEMPTED_EXIT_CODE} so the job can be requeued "
-                          "(continue with --resume auto)")
+        trainer.log.print(lifecycle.preempted_message(entry, str(stop)))
         trainer.close()
-        sys.exit(PREEMPTED_EXIT_CODE)
+        sys.exit(lifecycle.PREEMPTED_EXIT_CODE)
     except Exception as err:
         explanation = strategy.explain_failure(err) if strategy is not None else None
         if trainer is not None:
@@ -361,7 +318,7 @@ def run(strategy_class, entry: str, description: str = "", defaults: Optional[di
         if explanation is None:
             raise
         print(f"error: {explanation}", file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(lifecycle.EXIT_FAILED)
     except BaseException:  # KeyboardInterrupt, SystemExit
         if trainer is not None:
             trainer.close(teardown=False)

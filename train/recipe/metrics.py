@@ -7,7 +7,7 @@ distributed validation exact when shards differ in size.
 from __future__ import annotations
 
 import time
-from typing import Dict, Iterable, Tuple
+from typing import Callable, Dict, Iterable, Tuple
 
 import torch
 
@@ -40,9 +40,11 @@ class SumMeter:
         self.sums[:-1] += update
         self.sums[-1] += count
 
-    def reduce(self, strategy) -> Dict[str, float]:
-        """Sum over all ranks (collective: every rank must call it) -> {'count', name: sum}."""
-        total = strategy.all_reduce_sum(self.sums.clone()).tolist()
+    def reduce(self, all_reduce_sum: Callable[[torch.Tensor], torch.Tensor]
+               ) -> Dict[str, float]:
+        """-> {'count', name: sum} summed over the ranks by `all_reduce_sum` (the strategy's;
+        a collective: every rank must call it)."""
+        total = all_reduce_sum(self.sums.clone()).tolist()
         return {"count": total[-1], **dict(zip(self.names, total[:-1]))}
 
 

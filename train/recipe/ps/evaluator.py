@@ -7,34 +7,16 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
-import torch
 import torch.nn as nn
 
 from .. import checkpoint
 from ..data import Shard, build_loaders
-from ..metrics import Stopwatch, SumMeter, correct_topk, summarize
 from ..models import build_model
 from ..runlog import RunLog
-from ..strategies import Strategy, pick_device
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, loader, device: torch.device) -> Dict[str, float]:
-    """Loss, top-1/top-5 and count over the whole validation set (one process)."""
-    model.eval()
-    criterion = nn.CrossEntropyLoss()
-    meter = SumMeter(("loss", "correct1", "correct5"), device)
-    watch = Stopwatch(device)
-    for images, targets in loader:
-        output = model(images)
-        loss = criterion(output.float(), targets)
-        correct1, correct5 = correct_topk(output, targets)
-        meter.add(len(targets), loss=loss * len(targets), correct1=correct1, correct5=correct5)
-    stats = summarize(meter.reduce(Strategy()))
-    seconds = watch.lap()
-    return {**stats, "seconds": seconds, "img_s": stats["count"] / max(seconds, 1e-9)}
+from ..strategies import pick_device
+from ..validation import evaluate
 
 
 class BackgroundJobs:
@@ -108,7 +90,7 @@ def watch(cfg) -> None:
                     if model is None:
                         model = build_model(state["arch"], num_classes).to(device)
                     model.load_state_dict(state["model"])
-                    stats = evaluate(model, val_loader, device)
+                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss())
                     log.write("val", epoch=state["epoch"], step=state["step"],
                               checkpoint=str(state["path"]), **stats)
                     log.print(f" * Evaluated {state['path'].name} (epoch {state['epoch']}, step "

@@ -2,25 +2,21 @@
 0 done, 1 failed, 2 bad input)."""
 from __future__ import annotations
 
-import datetime
 import os
 import signal
 import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.distributed.rpc as rpc
 
-from .. import checkpoint
+from .. import lifecycle
 from ..config import UsageError, exit_on_usage_error, parse_args
-from ..engine import PREEMPTED_EXIT_CODE
 from ..data import Shard, build_loaders
 from ..models import build_model
 from ..precision import Precision
-from ..runlog import RunLog, environment_info
 from ..strategies import pick_device
 from . import evaluator, server as srv, wire
 from .config import PSConfig
@@ -54,9 +50,12 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     # stays on the CPU; float64 with --float64, like the workers
     model = Precision.from_config(cfg).convert_module(build_model(cfg.arch, num_classes,
                                                                   cfg.pretrained))
-    run_dir, resume_state = _run_dir_and_resume_state(cfg)
-    log = RunLog(run_dir, enabled=True)
-    cfg.save(run_dir / "config.json")
+    prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
+    resume_state = lifecycle.find_resume_state(cfg, prefix)
+    if resume_state is not None:
+        lifecycle.check_resume_matches(resume_state, arch=cfg.arch, mode=cfg.mode)
+    run_dir = lifecycle.run_directory(cfg, prefix, resume_state)
+    log = lifecycle.open_log(run_dir, cfg, is_main=True)
     server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
                                  run_dir)
     if resume_state:
@@ -66,12 +65,11 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         signal.signal(signum, lambda num, frame: _stop_on_signal(server, num))
     rpc.init_rpc(wire.SERVER, rank=0, world_size=workers + 1,
                  rpc_backend_options=_rpc_options(cfg))
-    log.write("run", config=cfg.to_dict(), entry=ENTRY, strategy="ps", mode=cfg.mode,
-              world_size=workers + 1, workers=workers, backend="tensorpipe",
-              devices_per_process=1, slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
-              global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device),
-              resumed_from=str(resume_state["path"]) if resume_state else None,
-              **environment_info())
+    lifecycle.write_run_record(
+        log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=workers + 1,
+        workers=workers, backend="tensorpipe", devices_per_process=1,
+        slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
+        global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device))
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
               f"(slowdown {slowdowns}, split "
@@ -89,8 +87,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         if preempted:
             server.write_final_checkpoint()
         reason = f"failed: {server.failure}" if failed else server.stop_reason
-        log.write("end", epoch=server.epoch, step=server.step, best_top1=server.best_top1,
-                  reason=reason, lost_workers=server.lost)
+        lifecycle.write_end_record(log, server.epoch, server.step, server.best_top1, reason,
+                                   lost_workers=server.lost)
         if failed:
             print(f"error: parameter server: {server.failure}", file=sys.stderr, flush=True)
     finally:
@@ -99,10 +97,9 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         # Graceful shutdown waits for every process; a lost worker never arrives.
         _shutdown(graceful=not server.lost)
     if preempted:
-        print(f"=> ps: {server.stop_signal}: checkpoint written; exiting with status "
-              f"{PREEMPTED_EXIT_CODE} (continue with --resume auto)", flush=True)
-        return PREEMPTED_EXIT_CODE
-    return 1 if failed else 0
+        print(lifecycle.preempted_message(ENTRY, server.stop_signal), flush=True)
+        return lifecycle.PREEMPTED_EXIT_CODE
+    return lifecycle.EXIT_FAILED if failed else 0
 
 
 def _stop_on_signal(server, signum: int) -> None:
@@ -110,33 +107,6 @@ def _stop_on_signal(server, signum: int) -> None:
     server.stop_signal = signal.Signals(signum).name
     print(f"=> ps: {server.stop_signal} received; stopping the workers at the next update",
           flush=True)
-
-
-def _run_dir_and_resume_state(cfg: PSConfig):
-    """The run dir, and the checkpoint to continue from (None: a fresh run), as the engine's
-    --resume PATH|auto: auto continues --run-name, or the newest ps run of this mode and arch."""
-    prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    fresh = Path(cfg.logdir) / (cfg.run_name or prefix + stamp)
-    state = None
-    if cfg.resume == "auto":
-        found = fresh if cfg.run_name else checkpoint.find_latest_run(Path(cfg.logdir), prefix)
-        state = checkpoint.load_newest_valid(found) if found else None
-        if state is None:
-            print(f"note: --resume auto found no checkpoint under {cfg.logdir}; starting from "
-                  "scratch", flush=True)
-        else:
-            fresh = state["path"].parent  # continue the interrupted run in its own dir
-    elif cfg.resume:
-        state = checkpoint.load(Path(cfg.resume))
-        state["path"] = Path(cfg.resume)
-    if state is not None and (state["arch"] != cfg.arch or state.get("mode") != cfg.mode):
-        raise UsageError(f"--resume {state['path']} holds a {state.get('mode')} run of "
-                         f"{state['arch']}; this is --mode {cfg.mode} with {cfg.arch}")
-    if state is None and (fresh / checkpoint.LATEST).is_file():
-        raise UsageError(f"{fresh} already holds a run's checkpoint: continue it with "
-                         "--resume auto, or choose another --run-name")
-    return fresh, state
 
 
 def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
@@ -149,7 +119,7 @@ def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
         print(f"error: worker {rank}: the run stopped: {err}", file=sys.stderr, flush=True)
         worker.say_goodbye()
         _shutdown(graceful=False)
-        return 1
+        return lifecycle.EXIT_FAILED
     finally:
         worker.loader.close()
     _shutdown(graceful=not worker.lost_peers)  # a lost peer would never join a graceful one

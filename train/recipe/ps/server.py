@@ -22,7 +22,8 @@ from ..metrics import summarize
 from ..schedule import LrMultiplier, scaled_lr
 from ..runlog import RunLog
 from . import wire
-from .evaluator import BackgroundJobs, evaluate
+from ..validation import evaluate
+from .evaluator import BackgroundJobs
 from .state_service import EsyncStateService
 
 # How long a round may wait on a worker before the server asks whether it is still alive, and
@@ -366,7 +367,8 @@ class ParameterServer:
             from ..models import build_model
             self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
         self._eval_model.load_state_dict(state["model"])
-        stats = evaluate(self._eval_model, self.val_loader, self.eval_device)
+        stats = evaluate(self._eval_model, self.val_loader, self.eval_device,
+                         nn.CrossEntropyLoss())
         is_best = stats["top1"] > self.best_top1
         self.best_top1 = max(self.best_top1, stats["top1"])
         self.log.write("val", epoch=epoch, step=step, train_elapsed=taken, **stats, skipped=0)

@@ -12,7 +12,7 @@ import itertools
 import os
 import signal
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, Tuple
 
 import torch
 import torch.distributed.rpc as rpc

@@ -1,0 +1,109 @@
+"""A run's life, the same for the engine and the parameter server: where it writes, what it
+continues from, the records that open and close its log, and the exit status it ends with.
+
+    runs/<prefix><YYYYmmdd-HHMMSS>/   (or runs/<--run-name>/)
+        config.json  log.jsonl  events.out.tfevents.*  checkpoint.pth  checkpoint.prev.pth
+        model_best.pth
+
+`--resume auto` continues the newest run of the same entry and arch (or exactly --run-name) in
+its own directory; `--resume PATH` starts a new run from that checkpoint's state.
+"""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from . import checkpoint
+from .config import UsageError
+from .runlog import RunLog, environment_info
+
+# Exit statuses, the same for every entry script. 2 (bad input) is config.exit_on_usage_error's.
+EXIT_FAILED = 1
+# sysexits' EX_TEMPFAIL ("try again later"): the launch scripts requeue the job on it.
+PREEMPTED_EXIT_CODE = 75
+
+
+def _same(obj: Any) -> Any:
+    return obj
+
+
+def find_resume_state(cfg, prefix: str, broadcast: Callable[[Any], Any] = _same,
+                      is_main: bool = True) -> Optional[dict]:
+    """The checkpoint `--resume` asks for (its "path" added), or None: start from scratch.
+
+    `broadcast` (the strategy's, from rank 0) makes every rank pick the same run, whatever its
+    clock or directory listing says; it is a collective, so every rank must call this."""
+    if not cfg.resume:
+        return None
+    if cfg.resume != "auto":
+        path = Path(cfg.resume)
+        return {**checkpoint.load(path), "path": path}
+    logdir = Path(cfg.logdir)
+    # With --run-name, that run only: never continue some other experiment.
+    run_dir = logdir / cfg.run_name if cfg.run_name else checkpoint.find_latest_run(logdir, prefix)
+    run_dir = broadcast(run_dir)
+    state = checkpoint.load_newest_valid(run_dir) if run_dir else None
+    if state is None:
+        if is_main:
+            print(f"note: --resume auto found no checkpoint under {logdir}; starting from "
+                  "scratch", flush=True)
+        return None
+    if state["path"].name == checkpoint.PREVIOUS and is_main:
+        checkpoint.set_aside_damaged(run_dir)
+    return state
+
+
+def check_resume_matches(state: dict, **expected: Any) -> None:
+    """Refuse a checkpoint of another model (arch, classes, parameter-server mode, ...)."""
+    differ = {k: v for k, v in expected.items() if k in state and state[k] != v}
+    if differ:
+        held = ", ".join(f"{k} {state[k]}" for k in differ)
+        wanted = ", ".join(f"{k} {v}" for k, v in differ.items())
+        raise UsageError(f"--resume {state['path']} holds {held}, but this run has {wanted}: "
+                         f"pass the matching flags and data, or another checkpoint")
+
+
+def run_directory(cfg, prefix: str, resume_state: Optional[dict],
+                  broadcast: Callable[[Any], Any] = _same, writes_checkpoints: bool = True
+                  ) -> Path:
+    """Where this run writes (the same on every rank: `broadcast` is a collective).
+
+    `writes_checkpoints=False` (evaluation only) never continues a run's directory and may
+    reuse one that already holds a checkpoint."""
+    if cfg.resume == "auto" and resume_state is not None and writes_checkpoints:
+        return Path(resume_state["path"]).parent  # continue the interrupted run
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(cfg.logdir) / (cfg.run_name or broadcast(prefix + stamp))
+    if writes_checkpoints and (run_dir / checkpoint.LATEST).is_file():
+        raise UsageError(f"{run_dir} already holds a run's checkpoint: continue it with "
+                         "--resume auto, or choose another --run-name")
+    return run_dir
+
+
+def open_log(run_dir: Path, cfg, is_main: bool) -> RunLog:
+    """The run's log (JSONL + TensorBoard, main rank only), with the resolved config saved."""
+    log = RunLog(run_dir, enabled=is_main)
+    if is_main:
+        cfg.save(run_dir / "config.json")
+    return log
+
+
+def write_run_record(log: RunLog, cfg, entry: str, resume_state: Optional[dict],
+                     **fields: Any) -> None:
+    """The first record of every run (the schema is in runlog.py)."""
+    log.write("run", config=cfg.to_dict(), entry=entry, **fields,
+              resumed_from=str(resume_state["path"]) if resume_state else None,
+              **environment_info())
+
+
+def write_end_record(log: RunLog, epoch: int, step: int, best_top1: float, reason: str,
+                     **fields: Any) -> None:
+    """The last record: why the run ended ("finished", "preempted by SIGUSR1", "failed: ...",
+    "reached --desired-acc ...")."""
+    log.write("end", epoch=epoch, step=step, best_top1=best_top1, reason=reason, **fields)
+
+
+def preempted_message(who: str, signal_name: str) -> str:
+    return (f"=> {who}: {signal_name}: checkpoint written; exiting with status "
+            f"{PREEMPTED_EXIT_CODE} so the job can be requeued (continue with --resume auto)")
