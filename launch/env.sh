@@ -3,12 +3,17 @@
 #
 #   launch/env.sh python -m pytest -q
 #   launch/env.sh torchrun --nproc_per_node=2 train/ddp.py ...
+#   launch/env.sh python -m bench.sweep --dry-run
 #
 # The virtualenv lives outside the repository, keyed by the hash of requirements.txt, so a fresh
 # clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one.
 # RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python as is.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The engine package (train/recipe) and the tools (bench/) import as plain packages:
+# `python -m bench.sweep` from anywhere, and `import recipe` in a tool, with no path edits in code.
+export PYTHONPATH="$repo/train:$repo${PYTHONPATH:+:$PYTHONPATH}"
 
 if [ "${RECIPES_VENV:-}" = "system" ]; then
   exec "$@"

@@ -55,6 +55,18 @@ def _env() -> dict:
     return env
 
 
+def run_tool(tool: str, *args, timeout: int = 300,
+             env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """`python -m bench.<tool> ARGS` from the repository root, as a user runs it, with train/
+    and the root on PYTHONPATH as launch/env.sh sets them (pytest.ini's pythonpath reaches
+    only the test process itself)."""
+    inherited = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([str(TRAIN), str(REPO)] + ([inherited] if inherited else []))
+    return subprocess.run([sys.executable, "-m", f"bench.{tool}", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env={**_env(), "PYTHONPATH": path, **(env or {})})
+
+
 def script_command(script: str, args: List, nproc: int = 0,
                    torchrun_args: Sequence[str] = ()) -> List[str]:
     """train/<script> with plain python (nproc=0) or torchrun --nproc_per_node=nproc."""

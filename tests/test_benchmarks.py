@@ -2,17 +2,12 @@
 numbers are measured by hand and go to RESULTS.md; nothing here is timed)."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
-from conftest import REPO, _env
+from conftest import REPO, run_tool
 
 
 def test_bench_loop_runs_and_checks_same_math():
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "launch/bench_loop.py"), "-a", "resnet18", "--image-size",
-         "32", "-b", "4", "--steps", "2", "--warmup", "1", "--repeats", "1"],
-        capture_output=True, text=True, timeout=300, env=_env(), cwd=REPO)
+    proc = run_tool("loop", "-a", "resnet18", "--image-size", "32", "-b", "4", "--steps", "2",
+                    "--warmup", "1", "--repeats", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "engine/bare img/s ratio:" in proc.stdout
     check = next(l for l in proc.stdout.splitlines() if l.startswith("same math check:"))
@@ -21,11 +16,8 @@ def test_bench_loop_runs_and_checks_same_math():
 
 def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
     figure = tmp_path / "io.png"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "launch/bench_io.py"), str(tiny_imagefolder), "--images",
-         "32", "--image-size", "32", "-b", "8", "--passes", "1", "--workers", "1",
-         "--figure", str(figure)],
-        capture_output=True, text=True, timeout=300, env=_env(), cwd=REPO)
+    proc = run_tool("io", tiny_imagefolder, "--images", "32", "--image-size", "32", "-b", "8",
+                    "--passes", "1", "--workers", "1", "--figure", figure)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
             if line.startswith("| ") and "img/s" not in line]
@@ -33,3 +25,11 @@ def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
                         "pytorch backend"]
     assert any(row.startswith("DALI") for row in rows)
     assert figure.stat().st_size > 10_000
+
+
+def test_a_tool_without_the_engine_on_the_path_says_how_to_run_it():
+    # PYTHONPATH without train/: the tool must not fail with a traceback, but name the fix.
+    proc = run_tool("sweep", "--dry-run", env={"PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "launch/env.sh" in proc.stderr and "PYTHONPATH=train" in proc.stderr
+    assert "Traceback" not in proc.stderr

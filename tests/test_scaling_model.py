@@ -1,22 +1,17 @@
-"""Unit tests of launch/scaling_model.py: closed forms, limits, the overlap rule, PS vs ring,
-the validation table (a regression guard on which published cases the model reproduces), run-log
-reading and the RESULTS.md block. Pure Python: no torch import, no training run."""
+"""Unit tests of the scaling model (bench/scaling/): closed forms, limits, the overlap rule, PS
+vs ring, the validation table (a regression guard on which published cases the model
+reproduces), run-log reading and the CLI. Pure Python: no torch import, no training run."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from dataclasses import replace
 
 import pytest
 
-from conftest import REPO
-
-_spec = importlib.util.spec_from_file_location("scaling_model", REPO / "launch/scaling_model.py")
-sm = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = sm  # dataclasses look their module up while being defined
-_spec.loader.exec_module(sm)
+from bench.scaling import __main__ as cli
+from bench.scaling import cases, measured, report
+from bench.scaling import model as sm
 
 GB, US, MIB = sm.GB, sm.US, sm.MIB
 
@@ -139,7 +134,7 @@ def test_gradient_bytes_and_buckets_follow_the_model_and_dtype():
 
 
 def test_validation_cases_regression_guard():
-    rows = sm.validate()
+    rows = cases.validate()
     errors = {r.case.name: r.error for r in rows if not r.case.anchor}
     # Outside the model's scope, documented in RESULTS.md: the AMP rows (host input pipeline,
     # not communication: the TF32/FP32 rows of the same tables fit) and HAL beyond 16 GPUs
@@ -152,21 +147,6 @@ def test_validation_cases_regression_guard():
     assert len(inside) >= 11
     anchors = [r for r in rows if r.case.anchor]
     assert len(anchors) == 1 and abs(anchors[0].error) < 0.01
-
-
-def test_replace_block_is_idempotent_and_touches_nothing_else():
-    text = "# Results\n\nintro\n\n## Other\n\nkeep me\n"
-    once = sm.replace_block(text, "table v1")
-    assert once.startswith(text.rstrip("\n"))
-    assert "## Scaling model" in once and sm.BLOCK_START in once and sm.BLOCK_END in once
-    assert sm.replace_block(once, "table v1") == once
-    twice = sm.replace_block(once, "table v2")
-    assert "table v2" in twice and "table v1" not in twice
-    assert twice.count("## Scaling model") == 1 and twice.count(sm.BLOCK_START) == 1
-    # text after the block survives a replacement
-    later = twice + "\n## Added later by someone else\n\nstill here\n"
-    assert sm.replace_block(later, "table v3").endswith("## Added later by someone else\n\n"
-                                                          "still here\n")
 
 
 def _write_run(path, entry, world, threads, img_s, start, arch="resnet18", **extra):
@@ -193,16 +173,16 @@ def test_runs_are_read_robustly_grouped_and_predicted(tmp_path):
     (tmp_path / "s" / "empty-dir").mkdir()
     (tmp_path / "s" / "no-train").mkdir()
     (tmp_path / "s" / "no-train" / "log.jsonl").write_text('{"kind": "run"}\n')
-    runs = sm.collect_runs([tmp_path])
+    runs = measured.collect_runs([tmp_path])
     assert sorted(r.path.name for r in runs) == ["ddp", "hvd", "nd-alone", "nd-twin-a",
                                                  "nd-twin-b", "ps-async", "ps-sync"]
     twin = {r.path.name: r.beside_twin for r in runs if r.entry == "nd"}
     assert twin == {"nd-alone": False, "nd-twin-a": True, "nd-twin-b": True}
     ddp = next(r for r in runs if r.entry == "ddp")
     assert ddp.img_s == 80  # median after dropping the warm-up interval
-    loop = replace(sm.PRESETS["cpu-loopback"], intra=sm.Link(1 * GB, 100 * US),
+    loop = replace(cases.PRESETS["cpu-loopback"], intra=sm.Link(1 * GB, 100 * US),
                    inter=sm.Link(1 * GB, 100 * US))
-    rows = {r["entry"]: r for r in sm.cpu_comparison(runs, loop)}
+    rows = {r["entry"]: r for r in measured.cpu_comparison(runs, loop)}
     assert set(rows) == {"ddp", "hvd", "ps sync", "ps async"}
     assert "not modelled" in rows["ps async"]["note"] and not rows["ps async"]["predicted"]
     # the PS server is a process of its own: 2 workers, each shipping every tensor to it
@@ -210,21 +190,21 @@ def test_runs_are_read_robustly_grouped_and_predicted(tmp_path):
     assert rows["ddp"]["baseline"] == {"alone": 50, "twin": 46}
     assert 2 * 46 * 0.8 < rows["ddp"]["predicted"]["twin"] < rows["ddp"]["predicted"]["alone"]
     assert rows["ddp"]["predicted"]["alone"] < 2 * 50
-    assert "| ddp | 2x1 |" in sm.cpu_markdown(list(rows.values()))
+    assert "| ddp | 2x1 |" in report.cpu_markdown(list(rows.values()))
 
 
 def test_cli_usage_errors_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        sm.parse_args(["--predict"])
+        cli.parse_args(["--predict"])
     assert e.value.code == 2
     assert "--img-s" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        sm.parse_args(["--runs", str(tmp_path / "missing")])
+        cli.parse_args(["--runs", str(tmp_path / "missing")])
     assert e.value.code == 2
 
 
 def test_cli_prediction_table(capsys):
-    assert sm.main(["--predict", "--preset", "dgx-a100", "--img-s", "2470", "--batch", "256",
+    assert cli.main(["--predict", "--preset", "dgx-a100", "--img-s", "2470", "--batch", "256",
                     "--devices", "1", "8", "64", "--algo", "ring", "ps"]) == 0
     out = capsys.readouterr().out
     assert "| ring | 1 | 1 |" in out and "100.0%" in out and "| ps | 64 | 8 |" in out

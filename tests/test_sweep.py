@@ -5,22 +5,16 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from typing import Optional
 
 import pytest
 
-from conftest import REPO, _env
-
-sys.path.insert(0, str(REPO / "launch"))
-import results_tables  # noqa: E402
+from conftest import REPO, run_tool
 
 
-def _run(script: str, *args, timeout: int = 300,
+def _run(tool: str, *args, timeout: int = 300,
          env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(REPO / "launch" / script), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**_env(), **(env or {})}, cwd=REPO)
+    proc = run_tool(tool, *args, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -38,7 +32,7 @@ def _commands(stdout: str) -> dict:
 def test_sweep_dry_run_lists_every_combination(tmp_path):
     # The list depends on whether this CPU has native bf16: force the case (emulated here,
     # native at the end), whatever CPU runs the test.
-    cmds = _commands(_run("sweep.py", "--dry-run", "--out", tmp_path,
+    cmds = _commands(_run("sweep", "--dry-run", "--out", tmp_path,
                           env={"RECIPES_CPU_BF16": "emulated"}).stdout)
     assert list(cmds) == [
         "nd-w1-O0", "ddp-w1-O0", "ddp-w2-O0", "ddp-w2-O0-hook_fp16", "ddp_apex-w1-O1",
@@ -65,18 +59,18 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
     curves = cmds["curves-ddp-w2-O0"]
     assert curves[-3] == str(tmp_path / "_data") and "--dummy" not in curves
 
-    only = _commands(_run("sweep.py", "--dry-run", "--only", "^hvd", "--no-curves").stdout)
+    only = _commands(_run("sweep", "--dry-run", "--only", "^hvd", "--no-curves").stdout)
     assert list(only) == ["hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress"]
 
     # With native bf16 the mixed-precision learning curves are affordable and get a run too.
-    native = _commands(_run("sweep.py", "--dry-run", "--out", tmp_path, "--only", "^curves",
+    native = _commands(_run("sweep", "--dry-run", "--out", tmp_path, "--only", "^curves",
                             env={"RECIPES_CPU_BF16": "native"}).stdout)
     assert list(native) == ["curves-nd-w1-O0", "curves-ddp-w2-O0", "curves-ddp_apex-w2-O1",
                             "curves-hvd-w2-O0", "curves-ps_sync-w2-O0"]
 
 
 def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):
-    cmds = _commands(_run("bench_ps.py", "--dry-run", "--out", tmp_path).stdout)
+    cmds = _commands(_run("ps", "--dry-run", "--out", tmp_path).stdout)
     assert list(cmds) == ["ddp", "ps-sync", "ps-async", "ps-esync"]
     assert "--nproc_per_node=3" in cmds["ddp"] and cmds["ddp"][5].endswith("train/ddp.py")
     for name, argv in cmds.items():
@@ -84,16 +78,6 @@ def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):
         if name != "ddp":
             assert "--nproc_per_node=4" in argv
             assert argv[-4:-2] == ["--mode", name.split("-")[1]]
-
-
-def test_replace_block_is_idempotent_and_touches_nothing_else():
-    text = "# Results\n\nintro\n"
-    once = results_tables.replace_block(text, "sweep", "table 1\n")
-    assert once.startswith(text.rstrip("\n")) and "## Strategy sweep" in once
-    assert results_tables.replace_block(once, "sweep", "table 1\n") == once
-    twice = results_tables.replace_block(once + "\nafter\n", "sweep", "table 2")
-    assert "table 2" in twice and "table 1" not in twice and twice.endswith("\nafter\n")
-    assert twice.count("<!-- sweep:start -->") == 1 == twice.count("## Strategy sweep")
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +100,7 @@ def _check_block(results, name: str, before: str) -> str:
 def test_quick_sweep_draws_and_writes_results(tmp_path, results_copy):
     before = results_copy.read_text()
     figures = tmp_path / "fig"
-    out = _run("sweep.py", "--quick", "--only", "^ddp-w", "--out", tmp_path / "sweep",
+    out = _run("sweep", "--quick", "--only", "^ddp-w", "--out", tmp_path / "sweep",
                "--figures", figures, "--results", results_copy).stdout
     assert "[2/2] ddp-w2-O0" in out
     for name in ("throughput", "efficiency", "epoch_time", "comm_share", "curves"):
@@ -128,7 +112,7 @@ def test_quick_sweep_draws_and_writes_results(tmp_path, results_copy):
     assert 0.2 < efficiency < 1.5  # measured, so loose: a shared 2-core box is noisy
     # replotting from the logs alone gives the same block: idempotent
     text = results_copy.read_text()
-    _run("sweep.py", "--plot-only", tmp_path / "sweep", "--figures", figures,
+    _run("sweep", "--plot-only", tmp_path / "sweep", "--figures", figures,
          "--results", results_copy)
     assert results_copy.read_text() == text
 
@@ -136,7 +120,7 @@ def test_quick_sweep_draws_and_writes_results(tmp_path, results_copy):
 def test_quick_bench_ps_draws_and_writes_results(tmp_path, results_copy):
     before = results_copy.read_text()
     figures = tmp_path / "fig"
-    _run("bench_ps.py", "--quick", "--only", "esync", "--out", tmp_path / "ps",
+    _run("ps", "--quick", "--only", "esync", "--out", tmp_path / "ps",
          "--figures", figures, "--results", results_copy)
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
         assert (figures / f"ps_{name}.png").stat().st_size > 10_000, name
@@ -147,8 +131,8 @@ def test_quick_bench_ps_draws_and_writes_results(tmp_path, results_copy):
     assert len(cells[9].split(" / ")) == 3  # comm ratio of each of the 3 workers
     assert "ESync local steps per round" in block and "could be verified" in block
     text = results_copy.read_text()
-    _run("results_tables.py", "--bench-ps", tmp_path / "ps", "--results", results_copy)
+    _run("results", "--bench-ps", tmp_path / "ps", "--results", results_copy)
     assert results_copy.read_text() == text  # the same logs give the same block
-    _run("results_tables.py", "--bench-ps", tmp_path / "ps", "--results", results_copy,
+    _run("results", "--bench-ps", tmp_path / "ps", "--results", results_copy,
          "--target", "99.9")
     assert "s to 99.9 %" in results_copy.read_text()

@@ -28,7 +28,7 @@ ENTRIES: Dict[str, Entry] = {e.name: e for e in (
     Entry("ddp_apex", "train/ddp_apex.py", "DDP (apex)", "torchrun", distributed=True,
           defaults={"opt_level": "O1"}),
     Entry("hvd", "train/hvd.py", "Horovod", "horovodrun", distributed=True),
-    Entry("ps", "train/ps.py", "parameter server", "torchrun", distributed=True),
+    Entry("ps", "train/ps.py", "PS", "torchrun", distributed=True),  # parameter server
 )}
 
 # apex's opt levels, implemented on native torch.amp (precision.py says what each one does).

@@ -1,13 +1,15 @@
 """Parameter-server baseline over torch.distributed.rpc: sync, async and ESync.
 
 The synchronous engine's train step does not fit a server that applies updates as they arrive,
-so the parameter server has its own small loop, reusing the engine's models, data, metrics,
-checkpoints and run log:
+so the parameter server has its own small loop, reusing the engine's models, data, precision,
+metrics, validation routine, run lifecycle (lifecycle.py), checkpoints and run log:
   config.py         PSConfig: the engine's flags plus --mode, --worker-slowdown, --split, ...
   wire.py           what travels: lists of tensors (never modules), and their byte counts
   state_service.py  ESync's state query service: keep stepping locally, or aggregate now?
-  server.py         rank 0: holds the model and optimizer, aggregates, evaluates, checkpoints
+  server.py         rank 0: the RPC surface, rounds, counters, logging, evaluations, checkpoints
+  update_rules.py   what an update does, per mode (sync SGD, ESync averaging, async SGD)
+  monitor.py        finds dead or hung workers so no round waits forever
   worker.py         ranks 1..N: pull, compute gradients (or local steps) on a shard, push
-  evaluator.py      validation, in the server's background thread or as a separate watcher
+  evaluator.py      background jobs of the server, and the separate checkpoint watcher
   main.py           roles, RPC start-up and shutdown, failures -> exit codes
 """

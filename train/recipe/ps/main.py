@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import warnings
 from typing import Optional
 
@@ -47,9 +46,10 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
-    # stays on the CPU; float64 with --float64, like the workers
-    model = Precision.from_config(cfg).convert_module(build_model(cfg.arch, num_classes,
-                                                                  cfg.pretrained))
+    # The model stays on the CPU: O0, float64 with --float64, like the workers.
+    precision = Precision.from_config(cfg)
+    precision.bind(torch.device("cpu"), notice=lambda message: None)
+    model = precision.convert_module(build_model(cfg.arch, num_classes, cfg.pretrained))
     prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
@@ -69,13 +69,13 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=workers + 1,
         workers=workers, backend="tensorpipe", devices_per_process=1,
         slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
-        global_batch=cfg.batch_size * workers, lr=server.base_lr, device=str(device))
+        precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
+        device=str(device))
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
               f"(slowdown {slowdowns}, split "
               f"{cfg.split}), batch {cfg.batch_size} per worker; logging to {run_dir}")
-    watchdog = threading.Thread(target=server.watch_workers, name="ps-watchdog", daemon=True)
-    watchdog.start()
+    server.failure_monitor().start()
     server.finished.wait()
     failed = server.failure is not None
     # After a failure the other workers are being told; let them hear it before leaving.

@@ -1,4 +1,6 @@
-"""The parameter server (rank 0): owns the model, applies updates, evaluates, checkpoints.
+"""The parameter server (rank 0): the RPC surface the workers call, rounds, counters, logging,
+background evaluations and checkpoints. What an update does is update_rules.py's; finding dead
+workers is monitor.py's.
 
 RPC handlers run on the RPC agent's thread pool, several at once; one lock guards the model and
 the counters. Rounds of sync and esync are completed with futures (`async_execution`): a worker's
@@ -11,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed.rpc as rpc
@@ -19,17 +21,14 @@ import torch.nn as nn
 
 from .. import checkpoint
 from ..metrics import summarize
-from ..schedule import LrMultiplier, scaled_lr
+from ..schedule import LrMultiplier
 from ..runlog import RunLog
 from . import wire
 from ..validation import evaluate
 from .evaluator import BackgroundJobs
+from .monitor import PROBE_AFTER_S, FailureMonitor
 from .state_service import EsyncStateService
-
-# How long a round may wait on a worker before the server asks whether it is still alive, and
-# how long that question may take. A live worker answers from its RPC threads even mid-step.
-PROBE_AFTER_S = 2.0
-PROBE_TIMEOUT_S = 5.0
+from .update_rules import RULES
 
 _SERVER: Optional["ParameterServer"] = None  # this process's server, for the RPC entry points
 
@@ -109,17 +108,8 @@ class ParameterServer:
         self.said_goodbye: set = set()
         self.last_contact = {w: time.monotonic() for w in self.live}
 
-        b = cfg.batch_size
-        # sync: the mean gradient of N batches, so the lr of a global batch N*b (as DDP);
-        # async: each update is one worker's batch of b.
-        # esync: the server only averages; the logged lr is the workers' local one.
-        self.base_lr = scaled_lr(cfg, b * workers if self.mode == "sync" else b)
-        if self.mode == "esync" and cfg.local_lr:
-            self.base_lr = cfg.local_lr
-        self.optimizer = None
-        if self.mode in ("sync", "async"):
-            self.optimizer = torch.optim.SGD(self.params, lr=self.base_lr,
-                                             momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        self.rule = RULES[self.mode](cfg, self.params, workers)
+        self.base_lr = self.rule.base_lr
         self.state_service = EsyncStateService(workers, cfg.max_local_steps)
 
         self._registered: Dict[int, int] = {}
@@ -206,27 +196,11 @@ class ParameterServer:
     @torch.no_grad()
     def _apply_round(self) -> None:
         n = len(self._round)
-        if self.mode == "sync":
-            # The same update as DDP: SGD on the mean of the workers' gradients.
-            for p, g in zip(self.params, self._round_sum):
-                p.grad = g.div_(n)
-            self._set_lr()
-            self.optimizer.step()
-            for p in self.params:
-                p.grad = None
-        else:
-            # ESync: move the global model by the mean of the workers' local progress.
-            scale = self.cfg.global_lr / n
-            for p, delta in zip(self.params, self._round_sum):
-                p.add_(delta, alpha=scale)
+        self.rule.apply_round(self._round_sum, n, self._lr_multiplier())
         wire.divide_float(self._round_bufs, n)
         for b, mean in zip(self.bufs, self._round_bufs):
             b.copy_(mean)
         self._round_sum = [None] * len(self.params)
-
-    def _set_lr(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.base_lr * self._lr_multiplier()
 
     def esync_should_step(self, worker: int, local_steps: int, elapsed: float,
                           last_step_time: Optional[float]) -> bool:
@@ -246,12 +220,7 @@ class ParameterServer:
             staleness = self.step - stats["pulled_step"]
             self._interval.add(worker, {**stats, "staleness": staleness})
             self.samples += int(stats["count"])
-            for p, g in zip(self.params, grads):
-                p.grad = g
-            self._set_lr()
-            self.optimizer.step()
-            for p in self.params:
-                p.grad = None
+            self.rule.apply_push(grads, self._lr_multiplier())
             for b, value in zip(self.bufs, bufs):  # the newest worker's BatchNorm statistics
                 b.copy_(value)
             self._after_update()
@@ -332,14 +301,13 @@ class ParameterServer:
         """Continue from a checkpoint: weights, optimizer, counters (the epoch follows from the
         samples once the workers have registered)."""
         self.model.load_state_dict(state["model"])
-        if self.optimizer is not None and state["optimizer"]:
-            self.optimizer.load_state_dict(state["optimizer"])
+        self.rule.load_state_dict(state["optimizer"])
         self.step, self.samples = state["step"], state.get("samples", 0)
         self.best_top1 = state.get("best_top1", 0.0)
 
     def _snapshot_state(self) -> dict:
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        optimizer = {} if self.optimizer is None else _clone(self.optimizer.state_dict())
+        optimizer = _clone(self.rule.state_dict())
         # "epoch": epochs completed, as in the engine's checkpoints
         completed = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
         return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
@@ -400,27 +368,19 @@ class ParameterServer:
             self.departed.set()
             self.finished.set()
 
-    def watch_workers(self) -> None:
-        """Runs in its own thread until the end: finds dead or hung workers."""
-        while not self.finished.wait(1.0):
-            with self.lock:
-                now = time.monotonic()
-                if self._round:
-                    suspects = [w for w in self.live if w not in self._round]
-                    waited = now - self._round_started
-                else:
-                    suspects = [w for w in self.live if w not in self.said_goodbye
-                                and now - self.last_contact[w] > PROBE_AFTER_S]
-                    waited = min((now - self.last_contact[w] for w in suspects), default=0.0)
-            if waited < PROBE_AFTER_S:
-                continue
-            for w in suspects:
-                reason = _probe(w)
-                if reason is None and waited > self.cfg.dist_timeout:
-                    reason = (f"alive but silent for {waited:.0f} s (--dist-timeout "
-                              f"{self.cfg.dist_timeout:g})")
-                if reason is not None:
-                    self._lose(w, reason)
+    def failure_monitor(self) -> FailureMonitor:
+        return FailureMonitor(self._suspects, self._lose, self.finished, self.cfg.dist_timeout)
+
+    def _suspects(self) -> Tuple[List[int], float]:
+        """The workers this server waits on now, and for how long it has waited."""
+        with self.lock:
+            now = time.monotonic()
+            if self._round:  # a round waits on whoever has not pushed yet
+                return ([w for w in self.live if w not in self._round],
+                        now - self._round_started)
+            silent = [w for w in self.live if w not in self.said_goodbye
+                      and now - self.last_contact[w] > PROBE_AFTER_S]
+            return silent, min((now - self.last_contact[w] for w in silent), default=0.0)
 
     def _lose(self, worker: int, reason: str) -> None:
         with self.lock:
@@ -442,16 +402,6 @@ class ParameterServer:
             self.finished.set()
         for future, _ in waiting.values():
             future.set_exception(WorkerFailure(self.failure))
-
-
-def _probe(worker: int) -> Optional[str]:
-    """None if the worker's process answers, else why not."""
-    try:
-        rpc.rpc_sync(wire.worker_name(worker), wire.ping, timeout=PROBE_TIMEOUT_S)
-        return None
-    except Exception as err:  # connection refused / reset / timeout
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return f"its process does not answer: {first[:200]}"
 
 
 def _clone(obj):

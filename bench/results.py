@@ -1,31 +1,27 @@
 """RESULTS.md tables from run logs: the strategy sweep and the parameter-server benchmark.
 
-    launch/env.sh python launch/results_tables.py --sweep runs/sweep-20261122-140000
-    launch/env.sh python launch/results_tables.py --bench-ps runs/bench_ps-20261122-150000 \\
+    launch/env.sh python -m bench.results --sweep runs/sweep-20261122-140000
+    launch/env.sh python -m bench.results --bench-ps runs/bench_ps-20261122-150000 \\
         --target 80          # default: auto
-    launch/env.sh python launch/results_tables.py --sweep DIR --print     # print, change nothing
+    launch/env.sh python -m bench.results --sweep DIR --print     # print, change nothing
 
 Each block goes between its markers (`<!-- sweep:start -->` ... `<!-- sweep:end -->`,
 `<!-- bench_ps:start -->` ... `<!-- bench_ps:end -->`); when the markers are missing the block is
 appended under its own heading. Nothing outside the markers changes, and writing the same block
 twice leaves the file as it was. Every number comes from the runs' log.jsonl files (through
-figures/plot_scaling.py and figures/plot_ps.py); the hardware from the logs' run records.
+bench.sweep_stats and bench.ps_stats); the hardware from the logs' run records.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import List, Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "figures"))
-import plot_ps  # noqa: E402
-import plot_scaling  # noqa: E402
+from bench import ps_stats, sweep_stats
+from bench.common import REPO, git_commit, write_block
 
 HEADINGS = {"sweep": "## Strategy sweep", "bench_ps": "## Parameter server vs DDP with a slow "
                                                       "worker"}
@@ -44,33 +40,6 @@ ESYNC_CLAIM = (
     "Fashion-MNIST. **No speed-up factor could be verified**: the paper's full text was not "
     "available to this work, only its abstract and the repository's README, and neither gives "
     "a number; so no multiplier is quoted here.")
-
-
-def marker(name: str, end: bool = False) -> str:
-    return f"<!-- {name}:{'end' if end else 'start'} -->"
-
-
-def replace_block(text: str, name: str, block: str) -> str:
-    """`block` between the markers of `name`, or appended under its heading if they are
-    missing. Idempotent: applying the same block twice gives the same text."""
-    body = f"{marker(name)}\n{block.strip()}\n{marker(name, end=True)}"
-    pattern = re.compile(re.escape(marker(name)) + ".*?" + re.escape(marker(name, end=True)),
-                         re.S)
-    if pattern.search(text):
-        return pattern.sub(lambda _: body, text, count=1)
-    return text.rstrip("\n") + f"\n\n{HEADINGS[name]}\n\n{body}\n"
-
-
-def git_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, text=True, capture_output=True,
-                              check=True).stdout.strip()
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{commit} (plus uncommitted changes)" if dirty else commit
 
 
 def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
@@ -133,10 +102,10 @@ def _load_note(meta: dict, meta_name: str) -> str:
 
 # --- the sweep ------------------------------------------------------------------------------------
 def sweep_block(sweep_dir: Path) -> str:
-    runs = plot_scaling.load_sweep(sweep_dir)
+    runs = sweep_stats.load_sweep(sweep_dir)
     if not runs:
         raise SystemExit(f"error: no run with a log.jsonl under {sweep_dir}")
-    rows = plot_scaling.analyze(runs)
+    rows = sweep_stats.analyze(runs)
     meta = _meta(sweep_dir / "sweep.json")
     tput = [r for r in runs if r.stage == "throughput"]
     curves = [r for r in runs if r.stage == "curves"]
@@ -150,10 +119,10 @@ def sweep_block(sweep_dir: Path) -> str:
     steps = sorted({r.run["config"]["steps_per_epoch"] for r in tput
                     if not r.precision.startswith("O1")})
     text = [
-        f"Measured by `launch/env.sh python launch/sweep.py` (`{_where(sweep_dir)}`, "
+        f"Measured by `launch/env.sh python -m bench.sweep` (`{_where(sweep_dir)}`, "
         f"{len(runs)} runs, {_when(first.run)}) at commit {git_commit()} on "
-        f"{plot_scaling.describe_hardware(runs)}, {threads} thread(s) per process. Tables: "
-        "`launch/results_tables.py`; figures: `figures/plot_scaling.py`; both read only the "
+        f"{sweep_stats.describe_hardware(runs)}, {threads} thread(s) per process. Tables: "
+        "`bench/results.py`; figures: `bench/plot_scaling.py`; both read only the "
         "runs' `log.jsonl`." + _load_note(meta, "sweep.json"),
         "",
         f"Setup: {cfg['arch']}, {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker "
@@ -212,7 +181,7 @@ def sweep_block(sweep_dir: Path) -> str:
                  "validation excluded; PS: train_elapsed of its last evaluation):", ""]
         table = []
         for r in curves:
-            pts = plot_scaling.curve_points(r.logs)
+            pts = sweep_stats.curve_points(r.logs)
             val = pts["val"]
             table.append([f"`{r.name}`", r.label, str(r.workers), str(len(pts["train"])),
                           _fmt(val[-1][2] if val else None), _fmt(val[-1][3] if val else None),
@@ -233,11 +202,11 @@ def sweep_block(sweep_dir: Path) -> str:
 
 # --- the parameter-server benchmark ---------------------------------------------------------------
 def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
-    contenders = plot_ps.load(bench_dir)
+    contenders = ps_stats.load(bench_dir)
     if not contenders:
         raise SystemExit(f"error: no run with a log.jsonl under {bench_dir}")
-    target, auto = plot_ps.resolve_target(contenders, target)
-    rows = [plot_ps.summarize(c, target) for c in contenders]
+    target, auto = ps_stats.resolve_target(contenders, target)
+    rows = [ps_stats.summarize(c, target) for c in contenders]
     meta = _meta(bench_dir / "bench_ps.json")
     first = contenders[0]
     cfg = first.run["config"]
@@ -251,10 +220,10 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
         reached = ("chosen automatically: the highest multiple of 5 % that every contender "
                    "reached in these runs")
     text = [
-        f"Measured by `launch/env.sh python launch/bench_ps.py` (`{_where(bench_dir)}`, "
-        f"{_when(first.run)}) at commit {git_commit()} on {plot_ps.hardware(contenders)}, "
+        f"Measured by `launch/env.sh python -m bench.ps` (`{_where(bench_dir)}`, "
+        f"{_when(first.run)}) at commit {git_commit()} on {ps_stats.hardware(contenders)}, "
         f"{first.run['hardware'].get('torch_threads')} thread(s) per process. Tables: "
-        "`launch/results_tables.py`; figures: `figures/plot_ps.py`; both read only the runs' "
+        "`bench/results.py`; figures: `bench/plot_ps.py`; both read only the runs' "
         "`log.jsonl`." + _load_note(meta, "bench_ps.json"),
         "",
         f"Setup: {n} workers with `--worker-slowdown {slow}` (worker {n} sleeps "
@@ -338,21 +307,19 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
 
 def update(results: Path, sweep: Optional[Path] = None, bench_ps: Optional[Path] = None,
            target: Optional[float] = None) -> None:
-    text = results.read_text() if results.is_file() else "# Results\n"
     if sweep is not None:
-        text = replace_block(text, "sweep", sweep_block(sweep))
+        write_block(results, "sweep", sweep_block(sweep), HEADINGS["sweep"])
     if bench_ps is not None:
-        text = replace_block(text, "bench_ps", bench_ps_block(bench_ps, target))
-    results.write_text(text)
+        write_block(results, "bench_ps", bench_ps_block(bench_ps, target), HEADINGS["bench_ps"])
     print(f"updated {results}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", type=Path, help="a launch/sweep.py output folder")
-    parser.add_argument("--bench-ps", type=Path, help="a launch/bench_ps.py output folder")
-    parser.add_argument("--target", type=plot_ps.parse_target, default=None,
+    parser.add_argument("--sweep", type=Path, help="a bench.sweep output folder")
+    parser.add_argument("--bench-ps", type=Path, help="a bench.ps output folder")
+    parser.add_argument("--target", type=ps_stats.parse_target, default=None,
                         help="val top-1 %% for the PS time-to-target column, or auto "
                              "(default): the highest multiple of 5 %% every contender reached")
     parser.add_argument("--results", type=Path, default=REPO / "RESULTS.md")

@@ -1,183 +1,26 @@
-"""Scaling figures of a strategy sweep (launch/sweep.py), drawn from the runs' JSONL logs only.
+"""Scaling figures of a strategy sweep (bench.sweep), drawn from the runs' JSONL logs only.
 
-    python figures/plot_scaling.py runs/sweep-20261122-140000            # -> figures/scaling_*.png
-    python figures/plot_scaling.py runs/sweep-X --curves runs/quickstart-*  # other curve runs
+    launch/env.sh python -m bench.plot_scaling runs/sweep-20261122-140000   # figures/scaling_*.png
+    launch/env.sh python -m bench.plot_scaling runs/sweep-X --curves runs/quickstart-*
+                                                  # ... with the learning curves of other runs
 
-Every run folder with a log.jsonl under the sweep folder is read; `curves-*` folders are the
-learning-curve runs, the others throughput runs. What is computed, and from what:
-
-  img/s            median of the run's `train` interval records after the first (the first holds
-                   start-up and warm-up); all processes together
-  workers N        processes that compute: world size for nd/DDP/Horovod, `workers` of the
-                   parameter server's run record (it adds one server process)
-  efficiency       weak scaling (-b per worker fixed): img/s(N) / (N x img/s(1)) where img/s(1) is
-                   the SAME strategy and precision at 1 worker (for a comm hook or compression
-                   variant: the plain strategy at 1 worker, which has nothing to compress);
-                   `vs nd` uses nd's 1-process img/s instead (fp32 runs only)
-  epoch time       EXTRAPOLATED: --epoch-images / img/s (default 1,281,167 = ImageNet-1k train
-                   at the sweep's model and image size), not measured
-  overhead         1 - step_time(1 worker) / step_time(N): the share of an N-worker step that
-                   the 1-worker step does not have (communication plus contention for the cores)
-  PS comm share    comm / (comm + compute + wait), summed over the parameter server's `worker`
-                   records after the first interval (measured by the workers); wait share the
-                   same with wait (a push held at the server until its round is complete)
-  learning curves  train (per epoch) and val top-1/top-5 vs epoch and vs training wall-clock:
-                   the sum of `train_epoch` epoch_time (validation, checkpoints and start-up
-                   excluded); the parameter server evaluates in the background, its val records
-                   use train_elapsed (when the evaluated weights were taken)
+The runs are read and the numbers computed by bench.sweep_stats (its docstring says what each
+number is and where it comes from); this module only draws them.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import matplotlib
+from bench.common import REPO
+from bench.figure import plt, save_figure
+from bench.sweep_stats import IMAGENET_TRAIN_IMAGES, Run, analyze, curve_points, \
+    describe_hardware, load_run, load_sweep
 
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_curves import read  # noqa: E402  (the JSONL reader of the other figures)
-
-IMAGENET_TRAIN_IMAGES = 1_281_167
 FIGURES = ("scaling_throughput.png", "scaling_efficiency.png", "scaling_epoch_time.png",
            "scaling_comm_share.png", "scaling_curves.png")
-
-
-@dataclass
-class Run:
-    name: str
-    logs: Dict[str, List[dict]]
-    stage: str              # throughput | curves
-    entry: str              # nd | ddp | ddp_apex | hvd | ps
-    workers: int
-    processes: int
-    precision: str          # e.g. "O0 float32", "O1 bfloat16"
-    variant: str            # "" or "fp16 hook", "fp16 compression", ...
-    img_s: Optional[float] = None
-    step_time: Optional[float] = None
-    intervals: int = 0
-    ps_comm: Optional[Dict[str, float]] = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def run(self) -> dict:
-        return self.logs["run"][-1]
-
-    @property
-    def family(self) -> str:
-        """Strategy and precision: the runs one efficiency curve is drawn through."""
-        base = {"nd": "nd", "ddp": "DDP", "ddp_apex": "DDP (apex)", "hvd": "Horovod"}.get(
-            self.entry, f"PS {self.run.get('mode', '')}".strip())
-        return f"{base} {self.precision}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.family}, {self.variant}" if self.variant else self.family
-
-
-def steady(records: List[dict], key: str) -> List[float]:
-    """The values of `key` in the interval records after the first (warm-up)."""
-    values = [r[key] for r in records if r.get(key) is not None]
-    return values[1:] if len(values) > 1 else []
-
-
-def load_run(run_dir: Path) -> Optional[Run]:
-    logs = read(run_dir)
-    if "run" not in logs:
-        return None
-    run = logs["run"][-1]
-    cfg = run["config"]
-    entry = run.get("entry", run.get("strategy"))
-    workers = run.get("workers", run["world_size"]) if entry == "ps" else run["world_size"]
-    if entry == "ps":
-        precision = "O0 float32"  # the parameter server trains in fp32
-    else:
-        precision = f"{run['precision']['opt_level']} {run['precision']['dtype']}"
-    variant = ""
-    if run.get("comm_hook") not in (None, "none"):
-        variant = f"{run['comm_hook']} hook"
-    elif cfg.get("fp16_allreduce") and entry == "hvd":
-        variant = "fp16 compression"
-    r = Run(run_dir.name, logs, "curves" if run_dir.name.startswith("curves-") else "throughput",
-            entry, workers, run["world_size"], precision, variant)
-    train = logs.get("train", [])
-    rates, steps = steady(train, "img_s"), steady(train, "step_time")
-    r.intervals = len(rates)
-    r.img_s = statistics.median(rates) if rates else None
-    r.step_time = statistics.median(steps) if steps else None
-    if entry == "ps":
-        first = train[0]["step"] if train else None
-        sums = {k: 0.0 for k in ("comm_time", "compute_time", "wait_time")}
-        for w in logs.get("worker", []):
-            if w["step"] != first:
-                for k in sums:
-                    sums[k] += w.get(k) or 0.0
-        total = sum(sums.values())
-        if total > 0:
-            r.ps_comm = {**sums, "share": sums["comm_time"] / total,
-                         "wait_share": sums["wait_time"] / total}
-    return r
-
-
-def load_sweep(sweep_dir: Path) -> List[Run]:
-    runs = [load_run(d) for d in sorted(sweep_dir.iterdir())
-            if d.is_dir() and (d / "log.jsonl").is_file()]
-    order = {"nd": 0, "ddp": 1, "ddp_apex": 2, "hvd": 3, "ps": 4}
-    return sorted((r for r in runs if r is not None),
-                  key=lambda r: (r.stage != "throughput", order.get(r.entry, 9), r.precision,
-                                 r.workers, r.variant, r.name))
-
-
-def baseline(run: Run, runs: List[Run]) -> Optional[Run]:
-    """The same strategy and precision at 1 worker, plain (no hook / compression)."""
-    for r in runs:
-        if (r.stage == "throughput" and r.family == run.family and r.workers == 1
-                and not r.variant and r.img_s):
-            return r
-    return None
-
-
-def nd_baseline(runs: List[Run]) -> Optional[Run]:
-    return next((r for r in runs if r.stage == "throughput" and r.entry == "nd" and r.img_s),
-                None)
-
-
-def analyze(runs: List[Run], epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[dict]:
-    """One row per throughput run: the numbers the figures and RESULTS.md tables show."""
-    nd = nd_baseline(runs)
-    rows = []
-    for r in runs:
-        if r.stage != "throughput":
-            continue
-        base = baseline(r, runs)
-        row = {"run": r.name, "label": r.label, "family": r.family, "variant": r.variant,
-               "entry": r.entry, "workers": r.workers, "processes": r.processes,
-               "precision": r.precision, "img_s": r.img_s, "intervals": r.intervals,
-               "step_time": r.step_time, "batch": r.run["config"]["batch_size"],
-               "efficiency": None, "efficiency_nd": None, "overhead": None,
-               "ps_comm_share": r.ps_comm["share"] if r.ps_comm else None,
-               "ps_wait_share": r.ps_comm["wait_share"] if r.ps_comm else None,
-               "epoch_hours": epoch_images / r.img_s / 3600 if r.img_s else None}
-        if r.img_s and base and r.workers > 1:
-            row["efficiency"] = r.img_s / (r.workers * base.img_s)
-            if base.step_time and r.step_time:
-                row["overhead"] = 1 - base.step_time / r.step_time
-        if r.img_s and nd and nd.precision == r.precision and r.entry != "nd":
-            row["efficiency_nd"] = r.img_s / (r.workers * nd.img_s)
-        rows.append(row)
-    return rows
-
-
-def describe_hardware(runs: List[Run]) -> str:
-    run = runs[0].run
-    hw = run["hardware"]
-    device = ", ".join(hw["gpus"]) or f"{hw['cpu']} ({hw['cpu_count']} cores, no GPU)"
-    return f"{device}, torch {run['versions']['torch']}"
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -194,14 +37,6 @@ def _family_color(family: str) -> str:
     if family not in FAMILY_COLORS:
         FAMILY_COLORS[family] = cycle[len(FAMILY_COLORS) % len(cycle)]
     return FAMILY_COLORS[family]
-
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
 
 
 def plot_throughput(rows: List[dict], title: str, path: Path) -> None:
@@ -228,7 +63,7 @@ def plot_throughput(rows: List[dict], title: str, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _bars(ax, rows: List[dict], key: str, fmt: str = "{:.2f}") -> None:
@@ -258,7 +93,7 @@ def plot_efficiency(rows: List[dict], title: str, path: Path) -> None:
            title="Weak-scaling efficiency vs the same strategy's 1-worker run")
     ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_epoch_time(rows: List[dict], title: str, path: Path, epoch_images: int) -> None:
@@ -272,7 +107,7 @@ def plot_epoch_time(rows: List[dict], title: str, path: Path, epoch_images: int)
                  "(not measured)")
     ax.title.set_fontsize(9)
     fig.suptitle(title, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_comm_share(rows: List[dict], title: str, path: Path) -> None:
@@ -303,22 +138,7 @@ def plot_comm_share(rows: List[dict], title: str, path: Path) -> None:
     ax.set(ylabel="share of a step", title="Communication share per strategy")
     ax.grid(alpha=0.3, axis="y")
     fig.suptitle(title, fontsize=8)
-    _save(fig, path)
-
-
-def curve_points(logs: Dict[str, List[dict]]) -> dict:
-    """Per-epoch train and val top-1/top-5 with their epoch and training wall-clock."""
-    epochs = logs.get("train_epoch", [])
-    clock, t = {}, 0.0
-    for e in epochs:
-        t += e["epoch_time"]
-        clock[e["epoch"]] = t
-    train = [(e["epoch"] + 1, clock[e["epoch"]], e["top1"], e["top5"]) for e in epochs]
-    val = []
-    for v in logs.get("val", []):
-        when = v.get("train_elapsed", clock.get(v["epoch"]))
-        val.append((v["epoch"] + 1, when, v["top1"], v["top5"]))
-    return {"train": train, "val": val}
+    save_figure(fig, path)
 
 
 def plot_curves(curve_runs: List[Run], title: str, path: Path) -> None:
@@ -349,7 +169,7 @@ def plot_curves(curve_runs: List[Run], title: str, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=6.5)
     fig.suptitle(title, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def draw(sweep_dir: Path, figures: Path, curves: Optional[List[Path]] = None,
@@ -384,8 +204,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
-    parser.add_argument("-o", "--figures", type=Path,
-                        default=Path(__file__).resolve().parent)
+    parser.add_argument("-o", "--figures", type=Path, default=REPO / "figures")
     parser.add_argument("--curves", type=Path, nargs="+",
                         help="run dirs for the learning curves (default: the sweep's curves-*)")
     parser.add_argument("--epoch-images", type=int, default=IMAGENET_TRAIN_IMAGES)

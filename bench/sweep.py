@@ -2,11 +2,11 @@
 compression), every combination a real run, then figures and RESULTS.md tables drawn from the
 runs' JSONL logs only.
 
-    launch/env.sh python launch/sweep.py                     # the full sweep, ~10-15 min on 2 cores
-    launch/env.sh python launch/sweep.py --dry-run           # print the commands, run nothing
-    launch/env.sh python launch/sweep.py --only 'ddp|nd'     # the combinations whose name matches
-    launch/env.sh python launch/sweep.py --quick             # tiny smoke sweep (~1-2 min)
-    launch/env.sh python launch/sweep.py --plot-only runs/sweep-20261122-140000   # redraw
+    launch/env.sh python -m bench.sweep                     # the full sweep, ~10-15 min on 2 cores
+    launch/env.sh python -m bench.sweep --dry-run           # print the commands, run nothing
+    launch/env.sh python -m bench.sweep --only 'ddp|nd'     # the combinations whose name matches
+    launch/env.sh python -m bench.sweep --quick             # tiny smoke sweep (~1-2 min)
+    launch/env.sh python -m bench.sweep --plot-only runs/sweep-20261122-140000   # redraw
 
 Each combination runs alone (sequentially), OMP_NUM_THREADS=--threads per process, into
 `<out>/<name>/` (default out: runs/sweep-<stamp>), its console output in `<name>/console.log`.
@@ -31,37 +31,36 @@ Two stages:
               classes, 32 px): nd and every distributed strategy at the largest worker count,
               --curves-epochs epochs, validation every epoch. --no-curves skips them.
 
-Then figures/plot_scaling.py draws figures/scaling_*.png and launch/results_tables.py writes the
-`<!-- sweep:start -->` block of RESULTS.md (--no-results: not).
+Then bench.plot_scaling draws figures/scaling_*.png and bench.results writes the
+`<!-- sweep:start -->` block of RESULTS.md (--no-results: not). The strategies, their scripts and
+launchers come from the engine's registry (train/recipe/registry.py).
 """
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
+import functools
 import os
 import re
-import resource
-import shlex
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List
 
-REPO = Path(__file__).resolve().parents[1]
-TRAIN = REPO / "train"
-STRATEGIES = ("nd", "ddp", "ddp_apex", "hvd", "ps")
-SCRIPTS = {"nd": "nd.py", "ddp": "ddp.py", "ddp_apex": "ddp_apex.py", "hvd": "hvd.py",
-           "ps": "ps.py"}
+from bench.common import REPO, registry
+from bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
+
+ENTRIES = registry().ENTRIES
+
+# The one-process run every efficiency is compared with, then every strategy that scales with
+# the process count. (DataParallel is neither: one process over the GPUs it sees.)
+BASELINE = "nd"
+STRATEGIES = (BASELINE, *(name for name, e in ENTRIES.items() if e.distributed))
 
 
 # --- the combinations ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Combo:
-    strategy: str            # nd | ddp | ddp_apex | hvd | ps
+    strategy: str            # an entry of the registry: nd | ddp | ddp_apex | hvd | ps
     workers: int             # processes that compute (the PS adds one server process)
     opt_level: str = "O0"
     hook: str = "none"       # DDP comm hook
@@ -101,9 +100,9 @@ def combos(args) -> List[Combo]:
     # runs (a shared machine's drifts then hit both alike).
     for s in strategies:
         for n in workers:
-            if s == "nd":
+            if not ENTRIES[s].distributed:  # one process, whatever the worker count
                 if n == 1:
-                    out.append(Combo("nd", 1))
+                    out.append(Combo(s, 1))
             elif s == "ddp":
                 for hook in _csv(args.ddp_hooks):
                     if hook == "none" or n > 1:  # one process has nothing to compress
@@ -119,8 +118,8 @@ def combos(args) -> List[Combo]:
     if args.curves:
         top = max(workers)
         for s in strategies:
-            if s == "nd":
-                out.append(Combo("nd", 1, stage="curves"))
+            if not ENTRIES[s].distributed:
+                out.append(Combo(s, 1, stage="curves"))
             elif s in ("ddp", "hvd"):
                 out.append(Combo(s, top, stage="curves"))
             elif s == "ddp_apex" and not args.emulated_bf16:
@@ -135,18 +134,6 @@ def combos(args) -> List[Combo]:
 
 
 # --- commands -------------------------------------------------------------------------------------
-def launcher(strategy: str, processes: int) -> List[str]:
-    """How each strategy is started, as a user would (see the entry scripts' docstrings)."""
-    script = str(TRAIN / SCRIPTS[strategy])
-    if strategy == "nd":
-        return [sys.executable, script]
-    if strategy == "hvd":  # as launch/bench_hvd.py, the invocation known to work here
-        return [str(Path(sys.executable).parent / "horovodrun"), "-np", str(processes),
-                "--gloo", sys.executable, script]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={processes}", script]
-
-
 def strategy_args(c: Combo) -> List[str]:
     args = ["--opt-level", c.opt_level]
     if c.hook != "none":
@@ -183,17 +170,6 @@ def curves_data_dir(args, out: Path) -> Path:
     return Path(args.curves_data) if args.curves_data else out / "_data"
 
 
-def make_dataset(root: Path, classes: int, train: int, val: int, min_size: int, max_size: int,
-                 dry_run: bool = False) -> List[str]:
-    """data/make_synthetic.py as a user runs it (it skips a complete identical dataset)."""
-    cmd = [sys.executable, str(REPO / "data/make_synthetic.py"), str(root), "--classes",
-           str(classes), "--train-per-class", str(train), "--val-per-class", str(val),
-           "--min-size", str(min_size), "--max-size", str(max_size), "--workers", "2"]
-    if not dry_run:
-        subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    return cmd
-
-
 def emulated_bf16() -> bool:
     """True on a CPU-only machine without native bf16 (AVX512-BF16 / AMX).
     RECIPES_CPU_BF16=native|emulated overrides the probe (tests force each case)."""
@@ -204,105 +180,13 @@ def emulated_bf16() -> bool:
     return not torch.cuda.is_available() and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def loadavg() -> Optional[float]:
-    try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def busy_cpu_seconds() -> Optional[float]:
-    """CPU seconds the whole machine has spent busy since boot (all cores, /proc/stat)."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu_seconds() -> float:
-    """CPU seconds of this process's finished descendants (the runs, their launchers, their
-    loader workers: each is waited for by its parent)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def finished(run_dir: Path) -> bool:
-    log = run_dir / "log.jsonl"
-    return log.is_file() and '"kind": "end"' in log.read_text()
-
-
-# --- running --------------------------------------------------------------------------------------
-def run_all(jobs: Sequence[tuple], out: Path, threads: int, timeout: float, meta_name: str,
-            redo: Optional[str] = None) -> Dict[str, dict]:
-    """Run (name, command) pairs one after another; each one's console output goes to
-    <out>/<name>/console.log. A failed run is reported and the others still run. A run that
-    already finished in <out> is kept unless its name matches `redo`; a run done again (or an
-    unfinished one) is moved to <out>/_replaced/ first, so a sweep can be resumed or one run
-    repeated.
-
-    Writes <out>/<meta_name>: per run the command, exit code, seconds, the 1-min load average
-    before and after, and `other_cpu`: the share of all cores that processes OTHER than the run
-    kept busy while it ran ((machine busy CPU - the run's CPU) / (wall x cores)), which says
-    whether a shared machine disturbed it."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
-    meta_path = out / meta_name
-    meta: Dict[str, dict] = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    cores = os.cpu_count() or 1
-    for i, (name, cmd) in enumerate(jobs, 1):
-        run_dir = out / name
-        if run_dir.exists():
-            if finished(run_dir) and not (redo and re.search(redo, name)):
-                print(f"[{i}/{len(jobs)}] {name}: already done (--redo REGEX repeats it)")
-                continue
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-            (out / "_replaced").mkdir(exist_ok=True)
-            run_dir.rename(out / "_replaced" / f"{name}-{stamp}")
-            if name in meta:
-                meta.setdefault("_replaced", {})[f"{name}-{stamp}"] = meta.pop(name)
-        run_dir.mkdir(parents=True)
-        load = loadavg()
-        print(f"[{i}/{len(jobs)}] {name} (load {load})", end=" ", flush=True)
-        started = datetime.datetime.now().isoformat(timespec="seconds")
-        busy0, mine0, start = busy_cpu_seconds(), children_cpu_seconds(), time.perf_counter()
-        with open(run_dir / "console.log", "w") as console:
-            # A session of its own, so a timeout ends the launcher and every rank it started.
-            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=console,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                code = "timeout"
-        seconds = time.perf_counter() - start
-        busy1, mine1 = busy_cpu_seconds(), children_cpu_seconds()
-        other = None
-        if busy0 is not None and busy1 is not None:
-            other = max(0.0, (busy1 - busy0) - (mine1 - mine0)) / (seconds * cores)
-        print(f"-> {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s"
-              + (f", other processes used {other:.0%} of the CPUs" if other is not None else ""),
-              flush=True)
-        if code != 0:
-            tail = (run_dir / "console.log").read_text(errors="replace").splitlines()[-15:]
-            print("    " + "\n    ".join(tail), file=sys.stderr)
-        meta[name] = {"command": shlex.join(cmd), "returncode": code, "seconds": seconds,
-                      "started": started, "loadavg_before": load, "loadavg_after": loadavg(),
-                      "other_cpu": other}
-        meta_path.write_text(json.dumps(meta, indent=2))
-    return meta
-
-
 def plot_and_tables(sweep_dir: Path, args) -> int:
-    sys.path.insert(0, str(REPO / "figures"))
-    import plot_scaling  # noqa: E402  (figures/ is not a package)
-    import results_tables  # noqa: E402  (this folder is on sys.path: launch/)
+    from bench import plot_scaling, results  # matplotlib: only when there is something to draw
 
     plot_scaling.draw(sweep_dir, Path(args.figures))
     if args.results:
-        results_tables.update(Path(args.results), sweep=sweep_dir)
-    print(results_tables.sweep_block(sweep_dir))
+        results.update(Path(args.results), sweep=sweep_dir)
+    print(results.sweep_block(sweep_dir))
     return 0
 
 
@@ -353,16 +237,12 @@ def parse(argv=None):
     p.add_argument("--no-results", dest="results", action="store_const", const=None)
     args = p.parse_args(argv)
     if args.quick:
-        given = set(a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:]))
-        quick = {"--image-size": ("image_size", 32), "-b": ("batch_size", 8),
-                 "--steps": ("steps", 6), "-p": ("print_freq", 2),
-                 "--slow-steps": ("slow_steps", 2), "--strategies": ("strategies", "nd,ddp"),
-                 "--ddp-hooks": ("ddp_hooks", "none"), "--curves-epochs": ("curves_epochs", 2),
-                 "--curves-batch": ("curves_batch", 8), "--curves-print-freq":
-                 ("curves_print_freq", 2)}
-        for flag, (dest, value) in quick.items():
-            if flag not in given:
-                setattr(args, dest, value)
+        quick_defaults(args, argv, {
+            "--image-size": ("image_size", 32), "-b": ("batch_size", 8), "--steps": ("steps", 6),
+            "-p": ("print_freq", 2), "--slow-steps": ("slow_steps", 2),
+            "--strategies": ("strategies", "nd,ddp"), "--ddp-hooks": ("ddp_hooks", "none"),
+            "--curves-epochs": ("curves_epochs", 2), "--curves-batch": ("curves_batch", 8),
+            "--curves-print-freq": ("curves_print_freq", 2)})
     # Only asked when it matters (it imports torch: seconds on a busy box).
     args.emulated_bf16 = (not args.plot_only and "ddp_apex" in _csv(args.strategies)
                           and any(lvl != "O0" for lvl in _csv(args.apex_levels))
@@ -372,13 +252,10 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
     args = parse(argv)
+    draw = functools.partial(plot_and_tables, args=args)
     if args.plot_only:
-        if not args.plot_only.is_dir():
-            print(f"error: --plot-only {args.plot_only}: no such folder", file=sys.stderr)
-            return 2
-        return plot_and_tables(args.plot_only, args)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = args.out or REPO / "runs" / f"sweep-{stamp}"
+        return redraw(args.plot_only, draw)
+    out = args.out or stamped_out("sweep")
     todo = combos(args)
     if not todo:
         print("error: no combination left (check --only / --strategies / --workers)",
@@ -386,32 +263,14 @@ def main(argv=None) -> int:
         return 2
     jobs = [(c.name, command(c, args, out)) for c in todo]
     need_data = any(c.stage == "curves" for c in todo) and not args.curves_data
-    data_cmd = (make_dataset(curves_data_dir(args, out), *curves_dataset(args), dry_run=True)
-                if need_data else None)
+    dataset = dataset_command(curves_data_dir(args, out), *curves_dataset(args)) \
+        if need_data else None
     print(f"# {len(jobs)} runs into {out}; OMP_NUM_THREADS={args.threads} per process; workers "
           "counted as compute processes (PS: + 1 server process)")
     if args.emulated_bf16 and any(c.opt_level != "O0" for c in todo if c.stage != "curves"):
         print(f"# bf16 is emulated on this CPU (no AVX512-BF16/AMX): O1 runs take "
               f"{args.slow_steps} steps, -p 1")
-    if args.dry_run:
-        if data_cmd:
-            print(shlex.join(data_cmd))
-        for name, cmd in jobs:
-            print(f"OMP_NUM_THREADS={args.threads} {shlex.join(cmd)}")
-        return 0
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    if need_data:
-        make_dataset(curves_data_dir(args, out), *curves_dataset(args))
-    meta = run_all(jobs, out, args.threads, args.timeout, "sweep.json", args.redo)
-    failed = [n for n, _ in jobs if meta.get(n, {}).get("returncode") not in (0, None)]
-    print(f"# sweep took {time.perf_counter() - started:.0f} s; logs in {out}")
-    code = plot_and_tables(out, args)
-    if failed:
-        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (see their "
-              "console.log)", file=sys.stderr)
-        return 1
-    return code
+    return run_batch(jobs, out, args, "sweep.json", dataset, draw)
 
 
 def curves_dataset(args) -> tuple:

@@ -1,6 +1,6 @@
 """Print a Markdown table of runs, read only from their JSONL logs (for RESULTS.md).
 
-    python launch/summarize_runs.py runs/quickstart-* runs/bench-*
+    launch/env.sh python -m bench.summarize runs/quickstart-* runs/bench-*
 
 One row per run dir: script, strategy, processes, precision, global batch, steady-state
 throughput (median of the interval records after the first, which includes warm-up),
@@ -9,25 +9,19 @@ last and best validation top-1, wall time, and the hardware recorded at start.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 
-
-def load(run_dir: Path) -> dict:
-    recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()]
-    by_kind = {}
-    for r in recs:
-        by_kind.setdefault(r["kind"], []).append(r)
-    return by_kind
+from bench.common import read_log, steady
 
 
 def row(run_dir: Path) -> dict:
-    logs = load(run_dir)
+    logs = read_log(run_dir)
     run = logs["run"][-1]
     train = logs.get("train", [])
-    steady = [r["img_s"] for r in train[1:]] or [r["img_s"] for r in train]
+    # A run too short for a second interval is shown with its only one, warm-up included.
+    rates = steady(train, "img_s") or [r["img_s"] for r in train]
     val = logs.get("val", [])
     hw = run["hardware"]
     device = ", ".join(hw["gpus"]) if hw["gpus"] else f"{hw['cpu']} x{hw['cpu_count']} CPU"
@@ -36,8 +30,8 @@ def row(run_dir: Path) -> dict:
         "precision": f"{run['precision']['opt_level']} {run['precision']['dtype']}",
         "arch": run["config"]["arch"], "image": run["config"]["image_size"],
         "global batch": run["global_batch"],
-        "img/s": f"{statistics.median(steady):.1f}" if steady else "-",
-        "img/s/proc": f"{statistics.median(steady) / run['world_size']:.1f}" if steady else "-",
+        "img/s": f"{statistics.median(rates):.1f}" if rates else "-",
+        "img/s/proc": f"{statistics.median(rates) / run['world_size']:.1f}" if rates else "-",
         "val top-1": f"{val[-1]['top1']:.1f}" if val else "-",
         "best top-1": f"{max(v['top1'] for v in val):.1f}" if val else "-",
         "epochs": len(logs.get("train_epoch", [])),

@@ -1,7 +1,7 @@
 """Input-pipeline throughput, all loaders in one run over one ImageFolder on the same cores.
 
-    launch/env.sh python launch/bench_io.py                    # generated data, all cores
-    launch/env.sh python launch/bench_io.py /data/imagenet --images 20000 --update-results
+    launch/env.sh python -m bench.io                    # generated data, all cores
+    launch/env.sh python -m bench.io /data/imagenet --images 20000 --update-results
 
 Every contender produces training batches with the same augmentation (RandomResizedCrop to
 --image-size with the standard scale/ratio ranges, random horizontal flip) from the same files,
@@ -26,30 +26,28 @@ This is a benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "train"))
-sys.path.insert(0, str(REPO / "data"))
+import torch
+import torchvision
+from torchvision import transforms
 
-import torch  # noqa: E402
-import torchvision  # noqa: E402
-from torchvision import transforms  # noqa: E402
+from bench.common import REPO, cpu_cores, exit_without_recipe, git_commit, machine, write_block
+from bench.jobs import dataset_command, make_dataset
 
-from recipe.config import parse_args  # noqa: E402
-from recipe.data import IMAGENET_MEAN, IMAGENET_STD, build_loaders  # noqa: E402
-from recipe.runlog import cpu_model  # noqa: E402
-from recipe.strategies import Strategy  # noqa: E402
+try:
+    from recipe.config import parse_args
+    from recipe.data import IMAGENET_MEAN, IMAGENET_STD, build_loaders
+    from recipe.strategies import Strategy
+except ModuleNotFoundError as err:
+    exit_without_recipe(err)
 
-RESULTS_START, RESULTS_END = "<!-- bench_io:start -->", "<!-- bench_io:end -->"
+RESULTS_HEADING = "## Input pipelines (`bench/io.py`)"
 
 
 # --- decode-only ceilings ------------------------------------------------------------------------
@@ -93,7 +91,7 @@ def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers
     """The training loader a run of this repository would use, built the same way."""
     cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
                       "--data-backend", backend, str(data)])
-    return build_loaders(cfg, Strategy(), device)[0]
+    return build_loaders(cfg, Strategy().data_shard(), device)[0]
 
 
 def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int):
@@ -168,9 +166,7 @@ def table(results: dict, args, n_images: int, hardware: str) -> str:
 
 
 def plot(results: dict, path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bench.figure import plt, save_figure
 
     names = list(results)
     rates = [results[n]["img_s"] for n in names]
@@ -184,25 +180,11 @@ def plot(results: dict, path: Path, title: str) -> None:
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(title, fontsize=9)
     ax.set_xlim(0, max(rates) * 1.15)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-
-
-def update_results(text: str) -> None:
-    results = REPO / "RESULTS.md"
-    content = results.read_text()
-    block = f"{RESULTS_START}\n{text}{RESULTS_END}"
-    if RESULTS_START in content:
-        before, rest = content.split(RESULTS_START, 1)
-        content = before + block + rest.split(RESULTS_END, 1)[1]
-    else:
-        content = content.rstrip() + "\n\n## Input pipelines (`launch/bench_io.py`)\n\n" + block + "\n"
-    results.write_text(content)
+    save_figure(fig, path, dpi=120)
 
 
 def main() -> None:
-    cores = len(os.sched_getaffinity(0))
+    cores = cpu_cores()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data", nargs="?", help="ImageFolder root with train/ (default: "
                         "generate one of --images JPEGs of 300-500 px)")
@@ -216,19 +198,18 @@ def main() -> None:
     parser.add_argument("--update-results", action="store_true",
                         help="write the table into RESULTS.md")
     args = parser.parse_args()
-    args.command = "python launch/bench_io.py " + " ".join(sys.argv[1:])
+    args.command = "python -m bench.io " + " ".join(sys.argv[1:])
 
     tmp = None
     if args.data:
         data = Path(args.data)
         args.data_description = str(data)
     else:
-        from make_synthetic import make_synthetic_imagefolder
         tmp = tempfile.TemporaryDirectory(prefix="bench_io_")
         data = Path(tmp.name)
         classes = 10
-        make_synthetic_imagefolder(data, num_classes=classes, train_per_class=args.images // classes,
-                                   val_per_class=1, min_size=300, max_size=500, verbose=False)
+        make_dataset(dataset_command(data, classes, args.images // classes, 1, 300, 500,
+                                     workers=None))
         args.data_description = "generated, 300-500 px, quality 90"
     paths = sorted(str(p) for p in (data / "train").rglob("*") if p.is_file())[:args.images]
 
@@ -256,17 +237,13 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:30s} {r['img_s']:8.1f} img/s  passes {r['runs']}", flush=True)
 
-    hardware = f"{cpu_model()} ({cores} cores)"
-    if gpu:
-        hardware += f", {torch.cuda.get_device_name()}"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                            capture_output=True).stdout.strip()
-    text = table(results, args, len(paths), hardware + f", commit {commit}")
+    hardware = machine(gpu=gpu)
+    text = table(results, args, len(paths), hardware + f", commit {git_commit()}")
     print("\n" + text)
     plot(results, Path(args.figure), f"{hardware}\n{len(paths)} JPEGs, {args.workers} "
                                      f"worker(s), crop {args.image_size}, batch {args.batch_size}")
     if args.update_results:
-        update_results(text)
+        write_block(REPO / "RESULTS.md", "bench_io", text, RESULTS_HEADING)
     if tmp:
         tmp.cleanup()
 

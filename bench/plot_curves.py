@@ -1,33 +1,22 @@
 """Learning curves drawn from run logs (JSONL) only: train loss per interval and val top-1/top-5
 per epoch, one line per run.
 
-    python figures/plot_curves.py runs/quickstart-* -o figures/quickstart_curves.png
+    launch/env.sh python -m bench.plot_curves runs/quickstart-* -o figures/quickstart_curves.png
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-
-
-def read(run_dir: Path) -> dict:
-    kinds: dict = {}
-    for line in (run_dir / "log.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        kinds.setdefault(record["kind"], []).append(record)
-    return kinds
+from bench.common import logged_hardware, read_log
+from bench.figure import plt, save_figure
 
 
 def plot(run_dirs: list, out: Path) -> None:
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for run_dir in run_dirs:
-        logs = read(run_dir)
+        logs = read_log(run_dir)
         train, val = logs.get("train", []), logs.get("val", [])
         per_epoch = max(train[0]["steps_per_epoch"], 1) if train else 1
         ax_loss.plot([r["step"] / per_epoch for r in train], [r["loss"] for r in train],
@@ -41,15 +30,9 @@ def plot(run_dirs: list, out: Path) -> None:
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    run = read(run_dirs[0])["run"][0]
-    hw = run["hardware"]
-    device = ", ".join(hw["gpus"]) or f"{hw['cpu']} ({hw['cpu_count']} cores)"
-    fig.suptitle(f"{run['config']['arch']} — {device} — torch {run['versions']['torch']}",
-                 fontsize=9)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    print(f"wrote {out}")
+    run = read_log(run_dirs[0])["run"][0]
+    fig.suptitle(f"{run['config']['arch']} — {logged_hardware(run)}", fontsize=9)
+    save_figure(fig, out)
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
 """Horovod vs DDP throughput in one run: same model, data, batch, precision and process count.
 
-    launch/env.sh python launch/bench_hvd.py                 # 2 processes x 1 thread, CPU
-    launch/env.sh python launch/bench_hvd.py --nproc 4 -a resnet50 --image-size 224 -b 64
+    launch/env.sh python -m bench.hvd                 # 2 processes x 1 thread, CPU
+    launch/env.sh python -m bench.hvd --nproc 4 -a resnet50 --image-size 224 -b 64
 
 Runs `torchrun train/ddp.py` and `horovodrun train/hvd.py` in turns (--rounds each, so drifts in
 a shared machine's speed hit both alike) on synthetic data (compute and communication only),
@@ -11,21 +11,18 @@ reads each run's JSONL log and reports the median img/s of the logged intervals 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, read_log, steady
+from bench.jobs import launcher
 
 
 def interval_img_s(run_dir: Path) -> list:
-    lines = (run_dir / "log.jsonl").read_text().splitlines()
-    rates = [r["img_s"] for r in map(json.loads, lines) if r["kind"] == "train"]
-    return rates[1:]  # the first interval holds start-up and warm-up
+    return steady(read_log(run_dir).get("train", []), "img_s")
 
 
 def main() -> None:
@@ -45,13 +42,7 @@ def main() -> None:
               "--dummy", "--synthetic-classes", "10", "--synthetic-val-size", "64",
               "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5",
               "--logdir", str(logdir), *args.extra.split()]
-    bindir = Path(sys.executable).parent
-    launchers = {
-        "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={args.nproc}", str(REPO / "train/ddp.py")],
-        "hvd": [str(bindir / "horovodrun"), "-np", str(args.nproc), "--gloo", sys.executable,
-                str(REPO / "train/hvd.py")],
-    }
+    launchers = {name: launcher(name, args.nproc) for name in ("ddp", "hvd")}
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     rates = {name: [] for name in launchers}
     for round_ in range(args.rounds):

@@ -1,15 +1,16 @@
 """How much does the engine's train loop cost over a hand-written loop? One run, same batches.
 
-    python launch/bench_loop.py                  # resnet18, 64 px, b32: ~3 min on 2 idle cores
-    python launch/bench_loop.py --threads 1      # steadier when other jobs share the CPU
-    python launch/bench_loop.py -a resnet50 --image-size 224 -b 256 --opt-level O1   # on a GPU
+    launch/env.sh python -m bench.loop               # resnet18, 64 px, b32: ~3 min on 2 idle cores
+    launch/env.sh python -m bench.loop --threads 1   # steadier when other jobs share the CPU
+    launch/env.sh python -m bench.loop -a resnet50 --image-size 224 -b 256 --opt-level O1  # GPU
 
 Both sides train the same model from identical weights on the same pre-built batches already on
 the device, so the input pipeline is excluded from both and only the loops differ:
 
-  engine  `Trainer.train_one_epoch` as the entry scripts run it (Trainer built through
-          parse_args + setup): metrics, interval logging every -p steps (JSONL + TensorBoard),
-          the LR scheduler and `strategy.optimizer_step`.
+  engine  `Trainer.train_step`, the step the entry scripts run (Trainer built through
+          parse_args + setup): the strategy's micro-step and backward, the precision plugin,
+          `strategy.optimizer_step`, the LR scheduler and the metric sums (read once per round,
+          as the epoch loop reads them once per print interval).
   bare    out = model(x); loss = F.cross_entropy(out, y); loss.backward(); opt.step();
           opt.zero_grad(set_to_none=True), with an SGD of the same hyper-parameters. For O1-O3
           it adds only what the same math needs: autocast (O1), half input (O2/O3), fp32 master
@@ -24,10 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import io
 import itertools
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -39,13 +38,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# The engine is the `recipe` package next to the entry scripts in train/ (as pytest.ini does).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-from recipe.config import OPT_LEVELS, UsageError, exit_on_usage_error, parse_args  # noqa: E402
-from recipe.data import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
-from recipe.engine import Trainer  # noqa: E402
-from recipe.runlog import cpu_model  # noqa: E402
-from recipe.strategies import Strategy  # noqa: E402
+from bench.common import cpu_cores, cpu_name, exit_without_recipe, gpu_name
+
+try:
+    from recipe.config import UsageError, exit_on_usage_error, parse_args
+    from recipe.data import IMAGENET_MEAN, IMAGENET_STD
+    from recipe.engine import Trainer
+    from recipe.metrics import SumMeter
+    from recipe.registry import OPT_LEVELS
+    from recipe.strategies import Strategy
+except ModuleNotFoundError as err:
+    exit_without_recipe(err)
 
 
 def parse_cli(argv=None) -> argparse.Namespace:
@@ -69,15 +72,12 @@ def parse_cli(argv=None) -> argparse.Namespace:
                    help="auto: CUDA if present (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's own choice)")
-    p.add_argument("-p", "--print-freq", type=int, default=10,
-                   help="the engine's logging interval in steps (default: %(default)s)")
     p.add_argument("--channels-last", action="store_true", help="channels_last model and batches")
     p.add_argument("--target", type=float, default=0.97,
                    help="ratio engine/bare the engine should reach (default: %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
-    p.add_argument("--verbose", action="store_true", help="show the engine's own log lines")
     args = p.parse_args(argv)
-    for name in ("image_size", "batch_size", "steps", "repeats", "print_freq"):
+    for name in ("image_size", "batch_size", "steps", "repeats"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     if args.warmup < 0:
@@ -106,34 +106,12 @@ def make_batches(count: int, batch_size: int, image_size: int, num_classes: int,
     return batches
 
 
-class ReplayLoader:
-    """Stands in for the Trainer's train loader: replays pre-built device batches, with the
-    attributes the engine reads from SyntheticLoader/DeviceLoader."""
-
-    def __init__(self, batches: list, length: int):
-        self.batches, self.length = batches, length
-        self.num_samples = length * len(batches[0][1])
-        self.skipped = 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        pass  # the same batches every epoch; the benchmark never resumes mid-epoch
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __iter__(self):
-        return itertools.islice(itertools.cycle(self.batches), self.length)
-
-    def close(self) -> None:
-        pass
-
-
 # --- the two sides -------------------------------------------------------------------------------
 def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
     """A Trainer set up exactly as the entry scripts do it, on the synthetic backend."""
     argv = ["--dummy", "-a", args.arch, "--image-size", str(args.image_size),
             "-b", str(args.batch_size), "--opt-level", args.opt_level, "--device", args.device,
-            "-p", str(args.print_freq), "--logdir", logdir, "--run-name", "bench",
+            "--logdir", logdir, "--run-name", "bench",
             # one epoch of this size is one timed round, so the scheduler sees the real length
             "--synthetic-train-size", str(args.batch_size * args.steps),
             "--synthetic-val-size", str(args.batch_size)]
@@ -143,12 +121,6 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
     trainer = Trainer(cfg, Strategy.from_config(cfg), "bench")
     trainer.setup()
     return trainer
-
-
-def use_loader(trainer: Trainer, loader: ReplayLoader) -> None:
-    # setup() derived steps_per_epoch from the synthetic loader; derive it again, the same way.
-    trainer.train_loader = loader
-    trainer.steps_per_epoch = len(loader) // trainer.cfg.grad_accum
 
 
 class BareLoop:
@@ -216,12 +188,14 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def run_engine_epoch(trainer: Trainer, quiet: bool) -> None:
-    # The engine prints a line per interval; swallowing it keeps the table readable while the
-    # formatting and the JSONL/TensorBoard writes still happen.
-    with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
-        trainer.train_one_epoch()
-    trainer.epoch += 1
+def run_engine_steps(trainer: Trainer, batches: list, steps: int) -> None:
+    """`steps` engine train steps on `batches` (cycled), then the metric sums read once."""
+    trainer.model.train()
+    meter = SumMeter(("loss", "correct1", "correct5"), trainer.device)
+    feed = itertools.cycle(batches)
+    for _ in range(steps):
+        trainer.train_step(feed, meter)
+    meter.reduce(trainer.strategy.all_reduce_sum)
 
 
 def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
@@ -234,10 +208,8 @@ def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
 
 # --- reporting -----------------------------------------------------------------------------------
 def hardware(device: torch.device) -> dict:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"device": str(device),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "cpu": cpu_model(), "cpu_cores": cores, "torch_threads": torch.get_num_threads(),
+    return {"device": str(device), "gpu": gpu_name() if device.type == "cuda" else None,
+            "cpu": cpu_name(), "cpu_cores": cpu_cores(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "cuda": torch.version.cuda}
 
 
@@ -247,8 +219,7 @@ def print_header(args: argparse.Namespace, command: str, device: torch.device) -
           f"torch {hw['torch']} ({hw['torch_threads']} threads)")
     print(f"command:  {command}")
     print(f"workload: {args.arch} {args.image_size}px, batch {args.batch_size}, "
-          f"{args.opt_level}, {args.steps} steps/side/round, warm-up {args.warmup}, "
-          f"engine logs every {args.print_freq} steps")
+          f"{args.opt_level}, {args.steps} steps/side/round, warm-up {args.warmup}")
     print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}", flush=True)
     return hw
 
@@ -260,18 +231,17 @@ def print_row(label, r: dict) -> None:
 
 def measure(args: argparse.Namespace, trainer: Trainer, bare: BareLoop, batches: list) -> list:
     """Warm up both sides, then time `--repeats` rounds of bare then engine on the same batches."""
-    device, quiet = trainer.device, not args.verbose
-    # Warm-up: allocator, cuDNN autotuning, oneDNN primitives, optimizer state, first log write.
+    device = trainer.device
+    # Warm-up: allocator, cuDNN autotuning, oneDNN primitives, optimizer state.
     if args.warmup:
         bare.train(batches[:args.warmup])
-        use_loader(trainer, ReplayLoader(batches, args.warmup))
-        run_engine_epoch(trainer, quiet)
-    use_loader(trainer, ReplayLoader(batches, args.steps))
+        run_engine_steps(trainer, batches[:args.warmup], args.warmup)
     images = args.steps * args.batch_size
     rounds = []
     for i in range(1, args.repeats + 1):
         bare_s = timed(lambda: bare.train(batches[:args.steps]), device)
-        engine_s = timed(lambda: run_engine_epoch(trainer, quiet), device)
+        engine_s = timed(lambda: run_engine_steps(trainer, batches[:args.steps], args.steps),
+                         device)
         rounds.append({"engine_img_s": images / engine_s, "bare_img_s": images / bare_s,
                        "ratio": bare_s / engine_s})
         print_row(i, rounds[-1])
@@ -283,7 +253,8 @@ def main(argv=None) -> None:
     wall_start = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = shlex.join(["python", sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "-m", "bench.loop",
+                          *(sys.argv[1:] if argv is None else argv)])
 
     with tempfile.TemporaryDirectory(prefix="bench_loop-") as logdir:
         try:

@@ -1,0 +1,20 @@
+"""Tools around the trainers, run from the repository root as `python -m bench.<tool>`
+(through launch/env.sh, which puts train/ and the repository root on PYTHONPATH):
+
+  sweep         strategies x workers x precision, every combination a real run
+  ps            parameter server (sync, async, ESync) vs DDP with a slow worker
+  hvd           Horovod vs DDP throughput in one run
+  io            input-pipeline throughput, every loader on the same files and cores
+  loop          the engine's train loop vs a hand-written loop, same batches
+  scaling       the scaling model: predicted vs published and measured scaling
+  results       the RESULTS.md blocks of a sweep and of the PS benchmark
+  summarize     a Markdown table of runs
+  plot_curves   learning curves of runs
+  plot_scaling  the sweep's figures (figures/scaling_*.png)
+  plot_ps       the PS benchmark's figures (figures/ps_*.png)
+
+and the modules they share: common (the run-log reader, the RESULTS.md block writer, this
+machine, the commit), jobs (starting runs as a user would), sweep_stats and ps_stats (the
+numbers the tables and figures show), figure (matplotlib for files). Every table and figure is
+drawn from the runs' log.jsonl files, never from typed numbers.
+"""

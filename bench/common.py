@@ -1,0 +1,160 @@
+"""What every tool shares: the run-log reader, the RESULTS.md block writer, this machine's
+description and the commit the numbers were measured at.
+
+Plain Python only (no torch, no matplotlib), so importing it costs nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, NoReturn, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --- the engine package --------------------------------------------------------------------------
+def exit_without_recipe(err: ModuleNotFoundError) -> NoReturn:
+    """Called where importing the engine package failed: a hint and exit 2 when `recipe` itself
+    is missing (train/ is not on the path); any other missing module is re-raised as it is."""
+    if err.name != "recipe" and not (err.name or "").startswith("recipe."):
+        raise err
+    print("error: cannot import the engine package `recipe` (train/recipe): run through "
+          "launch/env.sh, or set PYTHONPATH=train", file=sys.stderr)
+    sys.exit(2)
+
+
+def registry():
+    """The engine's registry of entry scripts (recipe.registry: plain data, no torch)."""
+    try:
+        from recipe import registry as module
+    except ModuleNotFoundError as err:
+        exit_without_recipe(err)
+    return module
+
+
+def strategy_label(run: dict) -> str:
+    """How tables and figures name the strategy of a run record: the registry's label, followed
+    by the parameter server's mode ("PS sync")."""
+    entry = run.get("entry", run.get("strategy"))
+    known = registry().ENTRIES.get(entry)
+    label = known.label if known else str(entry)
+    return f"{label} {run['mode']}" if run.get("mode") else label
+
+
+def entry_order(entry: str) -> int:
+    """Where an entry script comes in tables: the registry's order, unknown ones last."""
+    names = list(registry().ENTRIES)
+    return names.index(entry) if entry in names else len(names)
+
+
+# --- run logs ------------------------------------------------------------------------------------
+Log = Dict[str, List[dict]]  # record kind ("run", "train", "val", ...) -> records in file order
+
+
+def read_log(run_dir: Path) -> Log:
+    """<run_dir>/log.jsonl grouped by record kind. A line that is not JSON is skipped: a run
+    killed mid-write leaves a partial last line, and the records before it are still good."""
+    kinds: Log = {}
+    for line in (run_dir / "log.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kinds.setdefault(record.get("kind"), []).append(record)
+    return kinds
+
+
+def run_dirs(folder: Path) -> List[Path]:
+    """The sub-folders of `folder` that hold a run log, by name."""
+    return [d for d in sorted(folder.iterdir()) if d.is_dir() and (d / "log.jsonl").is_file()]
+
+
+def steady(records: List[dict], key: str) -> List[float]:
+    """The values of `key` in interval records after the first, which holds start-up and
+    warm-up."""
+    return [r[key] for r in records if r.get(key) is not None][1:]
+
+
+def logged_device(run: dict) -> str:
+    """What a run record says it ran on: its GPUs, else its CPU and core count."""
+    hw = run["hardware"]
+    return ", ".join(hw["gpus"]) or f"{hw['cpu']} ({hw['cpu_count']} cores, no GPU)"
+
+
+def logged_hardware(run: dict) -> str:
+    return f"{logged_device(run)}, torch {run['versions']['torch']}"
+
+
+# --- RESULTS.md ----------------------------------------------------------------------------------
+def marker(name: str, end: bool = False) -> str:
+    return f"<!-- {name}:{'end' if end else 'start'} -->"
+
+
+def replace_block(text: str, name: str, block: str, heading: str) -> str:
+    """`block` between the markers of `name`, or appended under `heading` when they are
+    missing. Nothing outside the markers changes, and applying the same block twice gives the
+    same text, so regenerating a block never disturbs what people wrote around it."""
+    body = f"{marker(name)}\n{block.strip()}\n{marker(name, end=True)}"
+    pattern = re.compile(re.escape(marker(name)) + ".*?" + re.escape(marker(name, end=True)),
+                         re.S)
+    if pattern.search(text):
+        return pattern.sub(lambda _: body, text, count=1)
+    return text.rstrip("\n") + f"\n\n{heading}\n\n{body}\n"
+
+
+def write_block(results: Path, name: str, block: str, heading: str) -> None:
+    """replace_block on a file (a missing one starts as an empty results page)."""
+    text = results.read_text() if results.is_file() else "# Results\n"
+    results.write_text(replace_block(text, name, block, heading))
+
+
+# --- this machine --------------------------------------------------------------------------------
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (a container or taskset may allow fewer than the
+    machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def gpu_name() -> Optional[str]:
+    """The current CUDA device's name, None without one. Imports torch: call it only from
+    tools that use torch anyway."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def machine(gpu: bool = False) -> str:
+    """'AMD EPYC (2 cores)', plus the GPU's name when asked for and present."""
+    text = f"{cpu_name()} ({cpu_cores()} cores)"
+    name = gpu_name() if gpu else None
+    return f"{text}, {name}" if name else text
+
+
+def git_commit() -> str:
+    """The short commit of the repository, marked when the working tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, text=True, capture_output=True,
+                              check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit} (plus uncommitted changes)" if dirty else commit

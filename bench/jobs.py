@@ -1,0 +1,186 @@
+"""Training runs started the way a user starts them, one after another, with a record of what
+else kept the machine busy meanwhile. Shared by the sweep and the benchmarks.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import resource
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from bench.common import REPO, registry
+
+
+def launcher(entry: str, processes: int) -> List[str]:
+    """The command that starts an entry script on `processes` processes, as its docstring says
+    (the registry names the script and its launcher)."""
+    e = registry().ENTRIES[entry]
+    script = str(REPO / e.script)
+    if e.launcher == "python":
+        return [sys.executable, script]
+    if e.launcher == "horovodrun":  # the invocation known to work here: gloo, this venv's python
+        return [str(Path(sys.executable).parent / "horovodrun"), "-np", str(processes),
+                "--gloo", sys.executable, script]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={processes}", script]
+
+
+def dataset_command(root: Path, classes: int, train: int, val: int, min_size: int,
+                    max_size: int, workers: Optional[int] = 2) -> List[str]:
+    """data/make_synthetic.py as a user runs it (it skips a complete identical dataset);
+    workers None: its default, every CPU."""
+    cmd = [sys.executable, str(REPO / "data/make_synthetic.py"), str(root), "--classes",
+           str(classes), "--train-per-class", str(train), "--val-per-class", str(val),
+           "--min-size", str(min_size), "--max-size", str(max_size)]
+    return cmd + (["--workers", str(workers)] if workers is not None else [])
+
+
+def make_dataset(command: List[str]) -> None:
+    """Run a dataset_command; its progress lines would only clutter the tool's own output."""
+    subprocess.run(command, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+
+
+# --- what else the machine did -------------------------------------------------------------------
+def loadavg() -> Optional[float]:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_cpu_seconds() -> Optional[float]:
+    """CPU seconds the whole machine has spent busy since boot (all cores, /proc/stat)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished descendants (the runs, their launchers, their
+    loader workers: each is waited for by its parent)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def finished(run_dir: Path) -> bool:
+    log = run_dir / "log.jsonl"
+    return log.is_file() and '"kind": "end"' in log.read_text()
+
+
+# --- running -------------------------------------------------------------------------------------
+def run_all(jobs: Sequence[tuple], out: Path, threads: int, timeout: float, meta_name: str,
+            redo: Optional[str] = None) -> Dict[str, dict]:
+    """Run (name, command) pairs one after another; each one's console output goes to
+    <out>/<name>/console.log. A failed run is reported and the others still run. A run that
+    already finished in <out> is kept unless its name matches `redo`; a run done again (or an
+    unfinished one) is moved to <out>/_replaced/ first, so a sweep can be resumed or one run
+    repeated.
+
+    Writes <out>/<meta_name>: per run the command, exit code, seconds, the 1-min load average
+    before and after, and `other_cpu`: the share of all cores that processes OTHER than the run
+    kept busy while it ran ((machine busy CPU - the run's CPU) / (wall x cores)), which says
+    whether a shared machine disturbed it."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+    meta_path = out / meta_name
+    meta: Dict[str, dict] = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    cores = os.cpu_count() or 1
+    for i, (name, cmd) in enumerate(jobs, 1):
+        run_dir = out / name
+        if run_dir.exists():
+            if finished(run_dir) and not (redo and re.search(redo, name)):
+                print(f"[{i}/{len(jobs)}] {name}: already done (--redo REGEX repeats it)")
+                continue
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            (out / "_replaced").mkdir(exist_ok=True)
+            run_dir.rename(out / "_replaced" / f"{name}-{stamp}")
+            if name in meta:
+                meta.setdefault("_replaced", {})[f"{name}-{stamp}"] = meta.pop(name)
+        run_dir.mkdir(parents=True)
+        load = loadavg()
+        print(f"[{i}/{len(jobs)}] {name} (load {load})", end=" ", flush=True)
+        started = datetime.datetime.now().isoformat(timespec="seconds")
+        busy0, mine0, start = busy_cpu_seconds(), children_cpu_seconds(), time.perf_counter()
+        with open(run_dir / "console.log", "w") as console:
+            # A session of its own, so a timeout ends the launcher and every rank it started.
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=console,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code = "timeout"
+        seconds = time.perf_counter() - start
+        busy1, mine1 = busy_cpu_seconds(), children_cpu_seconds()
+        other = None
+        if busy0 is not None and busy1 is not None:
+            other = max(0.0, (busy1 - busy0) - (mine1 - mine0)) / (seconds * cores)
+        print(f"-> {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s"
+              + (f", other processes used {other:.0%} of the CPUs" if other is not None else ""),
+              flush=True)
+        if code != 0:
+            tail = (run_dir / "console.log").read_text(errors="replace").splitlines()[-15:]
+            print("    " + "\n    ".join(tail), file=sys.stderr)
+        meta[name] = {"command": shlex.join(cmd), "returncode": code, "seconds": seconds,
+                      "started": started, "loadavg_before": load, "loadavg_after": loadavg(),
+                      "other_cpu": other}
+        meta_path.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def quick_defaults(args, argv: Optional[Sequence[str]], defaults: Dict[str, tuple]) -> None:
+    """--quick: set each {flag: (dest, value)} the command line did not give itself."""
+    given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
+    for flag, (dest, value) in defaults.items():
+        if flag not in given:
+            setattr(args, dest, value)
+
+
+def stamped_out(prefix: str) -> Path:
+    """runs/<prefix>-<date>-<time>: a fresh folder per invocation."""
+    return REPO / "runs" / f"{prefix}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def redraw(folder: Path, draw: Callable[[Path], int]) -> int:
+    """--plot-only: the figures and tables of an earlier invocation's folder, from its logs."""
+    if not folder.is_dir():
+        print(f"error: --plot-only {folder}: no such folder", file=sys.stderr)
+        return 2
+    return draw(folder)
+
+
+def run_batch(jobs: Sequence[tuple], out: Path, args, meta_name: str,
+              dataset: Optional[List[str]], draw: Callable[[Path], int]) -> int:
+    """What the sweep and the PS benchmark do once their runs are listed: print the commands
+    (--dry-run), or generate the dataset, run the jobs one after another (run_all) and draw the
+    figures and RESULTS.md tables from their logs. Exit status 1 when a run failed."""
+    if args.dry_run:
+        if dataset:
+            print(shlex.join(dataset))
+        for _, cmd in jobs:
+            print(f"OMP_NUM_THREADS={args.threads} {shlex.join(cmd)}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if dataset:
+        make_dataset(dataset)
+    meta = run_all(jobs, out, args.threads, args.timeout, meta_name, args.redo)
+    print(f"# {Path(meta_name).stem} took {time.perf_counter() - started:.0f} s; logs in {out}")
+    code = draw(out)
+    failed = [n for n, _ in jobs if meta.get(n, {}).get("returncode") not in (0, None)]
+    if failed:
+        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (see their "
+              "console.log)", file=sys.stderr)
+        return 1
+    return code
