@@ -10,4 +10,4 @@ from recipe.engine import run
 from recipe.strategies import DDPStrategy
 
 if __name__ == "__main__":
-    run(DDPStrategy, entry="ddp_apex", description=__doc__, defaults={"opt_level": "O1"})
+    run(DDPStrategy, entry="ddp_apex", description=__doc__)  # --opt-level O1 by default

@@ -20,6 +20,7 @@ from .data import build_loaders
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .validation import evaluate
 from .models import build_model
+from .registry import ENTRIES
 from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
 
@@ -284,12 +285,12 @@ class Trainer:
             self.strategy.teardown()
 
 
-def run(strategy_class, entry: str, description: str = "", defaults: Optional[dict] = None,
-        argv: Optional[list] = None) -> None:
-    """What every entry script calls: parse, set up, train, and turn bad input into exit 2."""
+def run(strategy_class, entry: str, description: str = "", argv: Optional[list] = None) -> None:
+    """What every entry script calls: parse, set up, train, and turn bad input into exit 2.
+    `entry` names the script in the registry (recipe/registry.py), which holds its defaults."""
     trainer = strategy = None
     try:
-        cfg = parse_args(argv, description, defaults)
+        cfg = parse_args(argv, description, ENTRIES[entry].defaults)
         strategy = strategy_class.from_config(cfg)
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()
