@@ -20,6 +20,7 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
+TESTS = REPO / "tests"
 
 # Small enough for a 2-core CI box: resnet18 at 32 px does a step in a few hundred ms.
 TINY = ["-a", "resnet18", "--image-size", "32", "-j", "1", "-p", "1"]

@@ -192,6 +192,26 @@ def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder,
     assert "1/2 clients joined" in output
 
 
+def test_a_failed_checkpoint_write_stops_every_rank_at_once(tiny_imagefolder, tmp_path):
+    """Rank 0 cannot write its checkpoint (the name is taken by a directory, which no rename
+    replaces, even for root): every rank exits 1 with the reason within seconds, instead of
+    rank 1 waiting in the next epoch's collectives until --dist-timeout (300 s here)."""
+    run_dir = tmp_path / "blocked"
+    (run_dir / "checkpoint.pth").mkdir(parents=True)
+    (run_dir / "checkpoint.pth" / "in-the-way").write_text("")
+    started = time.monotonic()
+    proc = run_script("ddp.py", TINY + ["-b", "4", "--epochs", "3", "--steps-per-epoch", "2",
+                                        "--dist-timeout", "300", "--logdir", tmp_path,
+                                        "--run-name", "blocked", tiny_imagefolder],
+                      nproc=2, check=False, timeout=240)
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 120  # far below the 300 s a waiting rank would take
+    output = proc.stdout + proc.stderr
+    assert "error: could not write a checkpoint in" in output, output[-3000:]
+    assert "error: rank 0 failed: could not write a checkpoint in" in output, output[-3000:]
+    assert records(run_dir, "checkpoint") == [] and len(records(run_dir, "val")) == 1
+
+
 # --- damaged checkpoints -------------------------------------------------------------------------
 def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_path):
     common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path,

@@ -141,11 +141,36 @@ def test_config_rejects_with_a_hint(argv, message):
         parse_args(argv)
 
 
-def test_sampler_start_skips_this_ranks_first_samples():
-    full = list(ShardedSampler(40, 1, 2, shuffle=True, seed=3))
-    sampler = ShardedSampler(40, 1, 2, shuffle=True, seed=3)
-    sampler.set_epoch(0, start=8)
-    assert list(sampler) == full[8:] and len(sampler) == 12
+def _epoch(size, world, start=0, seed=3):
+    """Each rank's indices of one epoch from global position `start`."""
+    shards = []
+    for rank in range(world):
+        sampler = ShardedSampler(size, rank, world, shuffle=True, seed=seed)
+        sampler.set_epoch(0, start)
+        shards.append([i for i, _ in sampler])
+        assert len(sampler) == len(shards[-1])
+    return shards
+
+
+def _global_batches(shards, batch):
+    """The union over ranks of each step's batches (drop_last, as training does)."""
+    steps = min(len(s) for s in shards) // batch
+    return [sorted(i for s in shards for i in s[k * batch:(k + 1) * batch]) for k in range(steps)]
+
+
+@pytest.mark.parametrize("before,after", [(1, 2), (2, 1), (4, 2), (2, 3)])
+def test_a_mid_epoch_position_in_global_samples_continues_on_any_world_size(before, after):
+    """Stop after 3 global batches of 4 per rank on `before` ranks, continue on `after`: the
+    epoch's samples are each seen once, in the single-process order's global batches."""
+    size, batch = 48, 4
+    done = 3 * batch * before
+    first = _global_batches(_epoch(size, before), batch)[:3]
+    rest = _global_batches(_epoch(size, after, start=done), batch)
+    seen = [i for b in first + rest for i in b]
+    assert len(seen) == len(set(seen))  # nothing twice
+    single = [i for i, _ in ShardedSampler(size, 0, 1, shuffle=True, seed=3)]
+    assert sorted(seen) == sorted(single[:len(seen)])  # nothing skipped: a prefix of the order
+    assert size - len(seen) < batch * after  # only drop_last's tail is left out
 
 
 # --- checkpoints ---------------------------------------------------------------------------------

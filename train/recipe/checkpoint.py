@@ -9,7 +9,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -111,21 +111,26 @@ def find_latest_run(logdir: Path, run_name_prefix: str) -> Optional[Path]:
 
 
 # --- RNG state, as weights_only-loadable values --------------------------------------------------
-def rng_state() -> Dict[str, Any]:
+def rng_state(cuda_devices: Sequence[torch.device] = ()) -> Dict[str, Any]:
+    """This process's RNG states. `cuda_devices`: the GPUs this process drives (its own one;
+    all of them for DataParallel), never every visible GPU: the job may resume with a
+    different number of GPUs per node."""
     np_state = np.random.get_state()
     return {
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": [torch.cuda.get_rng_state(d) for d in cuda_devices],
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)),
                   int(np_state[2]), int(np_state[3]), float(np_state[4])],
         "python": random.getstate(),
     }
 
 
-def set_rng_state(state: Dict[str, Any]) -> None:
+def set_rng_state(state: Dict[str, Any], cuda_devices: Sequence[torch.device] = ()) -> None:
+    """Restore `rng_state`'s values; the saved CUDA states go to this process's GPUs in order
+    (the stream belongs to the rank, whichever GPU index it has now)."""
     torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    for device, cuda_state in zip(cuda_devices, state["cuda"]):
+        torch.cuda.set_rng_state(cuda_state, device)
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     version, internal, gauss_next = state["python"]

@@ -90,15 +90,36 @@ class Trainer:
         self.strategy.load_optimizer_state_dict(self.optimizer, state["optimizer"])
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
-        self.resume_epoch_step = state.get("epoch_step", 0)
+        self.resume_epoch_step = self._resume_step_in_epoch(state)
         set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         self.best_top1 = state.get("best_top1", 0.0)
         rng = state.get("rng", [])
         if len(rng) == self.strategy.world_size:
-            checkpoint.set_rng_state(rng[self.strategy.rank])
+            checkpoint.set_rng_state(rng[self.strategy.rank], self.strategy.cuda_devices)
         elif self.strategy.is_main():
             print(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
                   f"{self.strategy.world_size}: RNG streams restart from --seed")
+
+    def _resume_step_in_epoch(self, state: dict) -> int:
+        """Where in its epoch a mid-epoch checkpoint stopped, in THIS run's optimizer steps.
+
+        The position is kept in global samples, so the sampler continues the same global order
+        whatever the number of processes; it must fall on a step boundary of this run."""
+        old = state.get("config", {})
+        old_world = state.get("world_size", 1)
+        old_batch = old.get("batch_size", self.cfg.batch_size) * old_world * old.get(
+            "grad_accum", 1)
+        # Checkpoints written before the position was kept in samples hold only their steps.
+        done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
+        if done % self.global_batch:
+            raise UsageError(
+                f"{state['path']} stopped mid-epoch after {done} samples of epoch "
+                f"{state['epoch']} (world size {old_world}, global batch {old_batch}); this run "
+                f"(world size {self.strategy.world_size}, global batch {self.global_batch}) "
+                f"cannot continue exactly there, because {self.global_batch} does not divide "
+                f"{done}. Resume with a global batch that does (-b x processes x --grad-accum), "
+                f"e.g. on {old_world} process(es), or from an end-of-epoch checkpoint")
+        return done // self.global_batch
 
     def _run_prefix(self) -> str:
         return f"{self.entry}-{self.cfg.arch}-"
@@ -143,9 +164,10 @@ class Trainer:
         cfg, strategy = self.cfg, self.strategy
         self.model.train()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
-        self.train_loader.set_epoch(self.epoch, start_batch=start * cfg.grad_accum)
+        self.train_loader.set_epoch(self.epoch, start_sample=start * self.global_batch)
         interval = SumMeter(("loss", "correct1", "correct5"), self.device)
-        epoch_sums: Dict[str, float] = {}
+        # zeros, not empty: a resumed epoch may have no step left in this configuration
+        epoch_sums = dict.fromkeys(("count", "loss", "correct1", "correct5"), 0.0)
         batches = iter(self.train_loader)
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
         last_logged = start
@@ -254,17 +276,32 @@ class Trainer:
     def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None) -> None:
         """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
         # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
-        rng = self.strategy.gather_objects(checkpoint.rng_state())
+        rng = self.strategy.gather_objects(checkpoint.rng_state(self.strategy.cuda_devices))
         start = time.perf_counter()
         # On every rank: a strategy whose state is sharded (FSDP) gathers it collectively.
         model_state = self.strategy.module_state_dict()
         optimizer_state = self.strategy.optimizer_state_dict(self.optimizer)
-        if not self.strategy.is_main():
-            return
+        error = None
+        if self.strategy.is_main():
+            try:
+                self._write_checkpoint(model_state, optimizer_state, rng, is_best, epoch_step,
+                                       start)
+            except checkpoint.CheckpointWriteError as err:
+                error = str(err)
+        # Every rank learns how the write went: a rank that went on into the next collective
+        # while rank 0 exits would wait there until --dist-timeout.
+        error = self.strategy.broadcast_object(error)
+        if error is not None:
+            raise checkpoint.CheckpointWriteError(
+                error if self.strategy.is_main() else f"rank 0 failed: {error}")
+
+    def _write_checkpoint(self, model_state: dict, optimizer_state: dict, rng: list,
+                          is_best: bool, epoch_step: Optional[int], start: float) -> None:
         state = {
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
-            "epoch_step": epoch_step or 0, "step": self.step, "best_top1": self.best_top1,
+            "epoch_step": epoch_step or 0, "epoch_samples": (epoch_step or 0) * self.global_batch,
+            "step": self.step, "best_top1": self.best_top1,
             "model": model_state, "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,

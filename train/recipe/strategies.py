@@ -190,6 +190,11 @@ class Strategy:
         """Devices one process drives (DataParallel drives several)."""
         return 1
 
+    @property
+    def cuda_devices(self) -> List[torch.device]:
+        """The GPUs this process drives: their RNG states go into its checkpoints."""
+        return [self.device] if self.device.type == "cuda" else []
+
     def describe(self) -> dict:
         return {"strategy": self.name, "world_size": self.world_size,
                 "devices_per_process": self.num_devices, "backend": None}
@@ -245,6 +250,11 @@ class DataParallelStrategy(Strategy):
     @property
     def num_devices(self) -> int:
         return torch.cuda.device_count() if self.device.type == "cuda" else 1
+
+    @property
+    def cuda_devices(self) -> List[torch.device]:
+        return [torch.device("cuda", i) for i in range(self.num_devices)
+                ] if self.device.type == "cuda" else []
 
 
 def _env_int(name: str, default: int) -> int:

@@ -9,8 +9,9 @@
 
 Every backend yields the same thing to the engine: `(images, targets)` already on the device,
 images as normalised float32 NCHW (channels_last when asked), targets as int64; and every loader
-has `set_epoch(epoch, start_batch)`, `len()`, `num_samples` (this rank's share), `skipped`
-(unreadable files met in the last pass) and `close()`. Which module builds which backend is
+has `set_epoch(epoch, start_sample)` (start_sample: global samples of the epoch already done),
+`len()`, `num_samples` (this rank's share), `skipped` (unreadable files met in the last pass)
+and `close()`. Which module builds which backend is
 listed once, in `recipe.registry.DATA_BACKENDS`.
 """
 from __future__ import annotations

@@ -117,9 +117,9 @@ class DaliLoader:
         self.left_out = damaged if self.rank == 0 else 0
         self.skipped = 0
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
         self.epoch = epoch
-        self.sampler.set_epoch(epoch, start_batch * self.batch_size)
+        self.sampler.set_epoch(epoch, start_sample)
 
     def __len__(self) -> int:
         if self.train:  # full batches only, like the pytorch backend's drop_last

@@ -45,9 +45,9 @@ class DeviceLoader:
         self.num_samples = len(sampler)  # this rank's share of the dataset
         self.skipped = 0  # unreadable files met in the current pass (this rank)
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """Select the epoch and the batch to start from (mid-epoch resume)."""
-        self.sampler.set_epoch(epoch, start_batch * self.loader.batch_size)
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
+        """Select the epoch; `start_sample`: global samples of it already trained on."""
+        self.sampler.set_epoch(epoch, start_sample)
 
     def __len__(self) -> int:
         return len(self.loader)

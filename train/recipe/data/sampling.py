@@ -44,10 +44,15 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 class ShardedSampler(Sampler):
     """Yields `(index, augmentation_seed)` keys for this rank's shard of one epoch.
 
-    train: a permutation seeded by (seed, epoch), padded to a multiple of the world size by
-           wrapping around, then rank r takes positions r, r+W, r+2W, ... so the union over ranks
-           of the k-th batches is exactly the k-th global batch of a single-process run.
+    train: a permutation seeded by (seed, epoch) only, so every world size walks the same global
+           order. Rank r of W takes positions r, r+W, r+2W, ... (padded to a multiple of W by
+           wrapping around), so the union over ranks of the k-th batches is exactly the k-th
+           global batch of a single-process run.
     val:   sequential, positions r, r+W, ...; no padding (shards may differ by one image).
+
+    The position inside the epoch is counted in GLOBAL samples (`set_epoch(epoch, start)`: the
+    first `start` samples of the global order are done), so a run stopped mid-epoch continues
+    on any number of processes with no sample repeated or lost.
     """
 
     def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int,
@@ -59,24 +64,26 @@ class ShardedSampler(Sampler):
         self.shuffle, self.seed, self.epoch, self.start = shuffle, seed, 0, 0
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Select the epoch; `start` skips this rank's first samples (mid-epoch resume)."""
+        """Select the epoch; `start`: global samples of it already trained on (by all ranks)."""
         self.epoch, self.start = epoch, start
 
-    def _order(self) -> List[int]:
+    def _remaining_order(self) -> List[int]:
+        """The epoch's global order from `start` on (train: padded to a multiple of W)."""
         if not self.shuffle:
-            return list(range(self.size))
+            return list(range(self.size))[self.start:]
         g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = torch.randperm(self.size, generator=g).tolist()
-        padding = (-len(order)) % self.world
-        return order + (order * math.ceil(padding / max(len(order), 1)))[:padding]
+        rest = order[self.start:]
+        padding = (-len(rest)) % self.world
+        return rest + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
     def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for position in self._order()[self.rank::self.world][self.start:]:
+        for position in self._remaining_order()[self.rank::self.world]:
             index = self.subset[position] if self.subset is not None else position
             yield index, sample_seed(self.seed, self.epoch, index)
 
     def __len__(self) -> int:
+        remaining = max(self.size - self.start, 0)
         if self.shuffle:
-            return max(math.ceil(self.size / self.world) - self.start, 0)
-        return len(range(self.rank, self.size, self.world)[self.start:])
-
+            return math.ceil(remaining / self.world)
+        return len(range(self.rank, remaining, self.world))

@@ -16,14 +16,15 @@ class SyntheticLoader:
                  seed: int):
         self.num_samples = (size // world) if train else len(range(rank, size, world))
         self.batch_size, self.train, self.skipped, self.start = batch_size, train, 0, 0
+        self.world = world
         g = torch.Generator().manual_seed(seed * 31 + rank)
         images = torch.randn(batch_size, 3, image_size, image_size, generator=g)
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.images = images.to(device).contiguous(memory_format=memory_format)
         self.targets = torch.randint(0, num_classes, (batch_size,), generator=g).to(device)
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        self.start = start_batch
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
+        self.start = start_sample // (self.batch_size * self.world)  # in this rank's batches
 
     def close(self) -> None:
         pass

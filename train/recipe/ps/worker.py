@@ -49,6 +49,11 @@ class Worker:
         local_rank = int(os.environ.get("LOCAL_RANK", worker))
         gpu = (local_rank - 1) % torch.cuda.device_count() if torch.cuda.is_available() else 0
         self.device = pick_device(cfg.device, gpu)
+        if self.device.type == "cuda":
+            # As the other entries do: otherwise pinned memory and the first CUDA call of every
+            # worker open a context on GPU 0.
+            torch.cuda.set_device(self.device)
+        torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(
             cfg, worker_shard(worker - 1, workers, cfg.split), self.device)
         self.steps_per_epoch = len(self.loader)

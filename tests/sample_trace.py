@@ -1,0 +1,31 @@
+"""Runs an entry script with every training sample index its sampler hands out appended to a
+file, so a test can count what a run (or an interrupted and resumed pair of runs) trained on:
+
+    python -m sample_trace OUT_DIR train/ddp.py ARGS...          (or under torchrun -m)
+
+Use -j 0: DataLoader worker processes prefetch indices ahead of training; without them the
+sampler is read one batch at a time, exactly as the steps consume it.
+"""
+import os
+import runpy
+import sys
+
+from recipe.data import sampling
+
+out_dir, script = sys.argv[1], sys.argv[2]
+untraced_iter = sampling.ShardedSampler.__iter__
+
+
+def traced_iter(self):
+    path = os.path.join(out_dir, f"rank{os.environ.get('RANK', '0')}-pid{os.getpid()}.txt")
+    with open(path, "a") as out:
+        for index, seed in untraced_iter(self):
+            if self.shuffle:  # the training sampler; validation is counted by its own tests
+                out.write(f"{self.epoch} {index}\n")
+                out.flush()
+            yield index, seed
+
+
+sampling.ShardedSampler.__iter__ = traced_iter
+sys.argv = [script, *sys.argv[3:]]
+runpy.run_path(script, run_name="__main__")

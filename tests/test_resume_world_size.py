@@ -1,0 +1,79 @@
+"""Resuming on another number of processes: a mid-epoch checkpoint continues with every sample
+of the epoch trained on exactly once, and where exact continuation is impossible the run says so
+(exit 2). Real torchrun runs, interrupted by SIGTERM as a job scheduler does."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, TESTS, TINY, TRAIN, records, run_script
+
+TRAIN_IMAGES = 64  # tiny_imagefolder: 4 classes x 16
+
+
+def _traced(nproc: int, trace_dir, args) -> subprocess.Popen:
+    """train/ddp.py on `nproc` processes under tests/sample_trace.py."""
+    trace_dir.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "sample_trace", str(trace_dir),
+           str(TRAIN / "ddp.py"), *map(str, args)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(TRAIN)])}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=REPO)
+
+
+def _seen(trace_dir, epoch: int = 0):
+    return [int(index) for path in trace_dir.iterdir() for line in path.read_text().splitlines()
+            for e, index in [line.split()] if int(e) == epoch]
+
+
+@pytest.mark.parametrize("before,after", [(1, 2), (2, 1)])
+def test_mid_epoch_resume_on_another_process_count_trains_every_sample_once(
+        tiny_imagefolder, tmp_path, before, after):
+    # The same global batch (8) on both sides: -b 8 on one process, -b 4 on two.
+    common = TINY + ["-j", "0", "--epochs", "1", "--seed", "5", "--logdir", tmp_path,
+                     "--run-name", "cut", tiny_imagefolder]
+    first = _traced(before, tmp_path / "first", common + ["-b", 8 // before])
+    for line in first.stdout:  # stop as soon as epoch 0 has made progress
+        if line.startswith("Epoch [0][2/"):
+            first.send_signal(signal.SIGTERM)  # torchrun passes it on to its workers
+            break
+    output = first.stdout.read()
+    first.wait(timeout=300)
+    assert "exiting with status 75" in output, output
+    state = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
+    done = state["epoch_samples"]
+    assert state["epoch"] == 0 and state["world_size"] == before and 16 <= done < TRAIN_IMAGES
+    assert sorted(_seen(tmp_path / "first")) == sorted(set(_seen(tmp_path / "first")))
+    assert len(_seen(tmp_path / "first")) == done
+
+    second = _traced(after, tmp_path / "second", common + ["-b", 8 // after, "--resume", "auto"])
+    output = second.stdout.read()
+    assert second.wait(timeout=300) == 0, output
+    seen = _seen(tmp_path / "first") + _seen(tmp_path / "second")
+    assert sorted(seen) == list(range(TRAIN_IMAGES))  # each image once: none twice, none lost
+    resumed = [r for r in records(tmp_path / "cut", "train") if r["epoch_step"] > done // 8]
+    assert resumed and resumed[0]["epoch_step"] == done // 8 + 1  # it went on from there
+
+
+def test_a_position_the_new_global_batch_cannot_reach_is_refused(tiny_imagefolder, tmp_path):
+    """A checkpoint taken after 12 samples (3 steps of 4 on one process) cannot continue
+    exactly with global batch 8 (2 processes x 4): exit 2 naming both world sizes."""
+    args = TINY + ["-b", "4", "--epochs", "1", "--steps-per-epoch", "3", "--logdir", tmp_path]
+    run_script("ddp.py", args + ["--run-name", "one", tiny_imagefolder])
+    state = torch.load(tmp_path / "one/checkpoint.pth", weights_only=True)
+    # As the preemption signal would have left it: inside epoch 0, after 3 steps.
+    state.update(epoch=0, epoch_step=3, epoch_samples=12)
+    torch.save(state, tmp_path / "mid.pth")
+    proc = run_script("ddp.py", args + ["--run-name", "two", "--resume", tmp_path / "mid.pth",
+                                        tiny_imagefolder], nproc=2, check=False)
+    assert proc.returncode != 0, proc.stderr[-3000:]  # each rank exits 2; torchrun then 1
+    assert "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]
+    assert "after 12 samples of epoch 0 (world size 1, global batch 4)" in proc.stderr
+    assert "(world size 2, global batch 8) cannot continue exactly there" in proc.stderr
