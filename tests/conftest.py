@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -77,6 +77,22 @@ def script_command(script: str, args: List, nproc: int = 0,
     else:
         cmd = [sys.executable, str(TRAIN / script)]
     return cmd + [str(a) for a in args]
+
+
+def traced(script: str, trace_dir: Path) -> Tuple[List[str], dict]:
+    """(argv prefix, environment) that run train/<script> under tests/sample_trace.py, which
+    writes every training sample index the run is given into files under `trace_dir`. Prefix
+    the argv with `python` or `torchrun ... ` (it starts with `-m`)."""
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(TESTS), str(TRAIN)])}
+    return ["-m", "sample_trace", str(trace_dir), str(TRAIN / script)], env
+
+
+def traced_samples(trace_dir: Path, epoch: int = 0) -> List[int]:
+    """Every sample index of `epoch` that the traced runs were given (all ranks)."""
+    return [int(index) for path in sorted(trace_dir.iterdir())
+            for line in path.read_text().splitlines()
+            for e, index in [line.split()] if int(e) == epoch]
 
 
 def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequence[str] = (),

@@ -1,7 +1,6 @@
 """Parameter server (train/ps.py) on CPU: real processes, real RPC (TensorPipe on loopback)."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, TINY, TRAIN, _env, read_jsonl, records, run_script
+from conftest import REPO, TINY, TRAIN, _env, records, run_script, traced, traced_samples
 
 sys.path.insert(0, str(TRAIN))
 from recipe.data import ShardedSampler  # noqa: E402
@@ -102,17 +101,19 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
     assert records(run_dir, "end")[0]["reason"] == "finished"
 
 
-def _start_ranks(args, world, tmp_path):
+def _start_ranks(args, world, tmp_path, trace_dir=None):
     """The ranks as separate processes, as srun would start them (no torchrun agent that
-    would stop everyone when one exits)."""
+    would stop everyone when one exits); with `trace_dir`, their samples traced."""
     port = free_port()
+    script, env = ([str(TRAIN / "ps.py")], _env()) if trace_dir is None else traced(
+        "ps.py", trace_dir)
     procs = []
     for rank in range(world):
-        env = {**_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
+        rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                    "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
         out = open(tmp_path / f"rank{rank}.txt", "w")
-        procs.append(subprocess.Popen([sys.executable, str(TRAIN / "ps.py"), *map(str, args)],
-                                      stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO))
+        procs.append(subprocess.Popen([sys.executable, *script, *map(str, args)], stdout=out,
+                                      stderr=subprocess.STDOUT, env=rank_env, cwd=REPO))
     return procs
 
 
@@ -130,6 +131,36 @@ def _kill_all(procs):
     for p in procs:
         if p.poll() is None:
             p.kill()
+
+
+def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
+        tiny_imagefolder, tmp_path):
+    """Preempted inside epoch 0 with 2 workers, resumed with 1: sync rounds read the epoch's
+    global order as DDP does, so the resumed worker starts right after the last round (traced:
+    each of the 64 images once in epoch 0)."""
+    args = STEP_ARGS + ["-j", "0", "--mode", "sync", "--epochs", "1", "--logdir", tmp_path,
+                        "--run-name", "cut", "--eval-every", "-1", tiny_imagefolder]
+    procs = _start_ranks(args + ["--worker-slowdown", "4,4"], 3, tmp_path, tmp_path / "first")
+    try:
+        _wait_for_training(tmp_path / "cut", procs)
+        procs[0].send_signal(signal.SIGUSR1)
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        _kill_all(procs)
+    assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+    saved = torch.load(tmp_path / "cut" / "checkpoint.pth", weights_only=True)
+    assert saved["epoch"] == 0 and 0 < saved["epoch_samples"] < 64
+    first = traced_samples(tmp_path / "first")
+    assert len(first) == saved["epoch_samples"] == len(set(first))
+
+    procs = _start_ranks(args + ["--resume", "auto"], 2, tmp_path, tmp_path / "second")
+    try:
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:
+        _kill_all(procs)
+    assert codes == [0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+    assert sorted(first + traced_samples(tmp_path / "second")) == list(range(64))
+    assert records(tmp_path / "cut", "end")[-1]["reason"] == "finished"
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -3,7 +3,6 @@ of the epoch trained on exactly once, and where exact continuation is impossible
 (exit 2). Real torchrun runs, interrupted by SIGTERM as a job scheduler does."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,26 +10,18 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TESTS, TINY, TRAIN, records, run_script
+from conftest import REPO, TINY, records, run_script, traced, traced_samples
 
 TRAIN_IMAGES = 64  # tiny_imagefolder: 4 classes x 16
 
 
 def _traced(nproc: int, trace_dir, args) -> subprocess.Popen:
-    """train/ddp.py on `nproc` processes under tests/sample_trace.py."""
-    trace_dir.mkdir(exist_ok=True)
+    """train/ddp.py on `nproc` processes under torchrun, its samples traced."""
+    prefix, env = traced("ddp.py", trace_dir)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "sample_trace", str(trace_dir),
-           str(TRAIN / "ddp.py"), *map(str, args)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), str(TRAIN)])}
+           f"--nproc_per_node={nproc}", *prefix, *map(str, args)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=REPO)
-
-
-def _seen(trace_dir, epoch: int = 0):
-    return [int(index) for path in trace_dir.iterdir() for line in path.read_text().splitlines()
-            for e, index in [line.split()] if int(e) == epoch]
 
 
 @pytest.mark.parametrize("before,after", [(1, 2), (2, 1)])
@@ -50,13 +41,13 @@ def test_mid_epoch_resume_on_another_process_count_trains_every_sample_once(
     state = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
     done = state["epoch_samples"]
     assert state["epoch"] == 0 and state["world_size"] == before and 16 <= done < TRAIN_IMAGES
-    assert sorted(_seen(tmp_path / "first")) == sorted(set(_seen(tmp_path / "first")))
-    assert len(_seen(tmp_path / "first")) == done
+    assert sorted(traced_samples(tmp_path / "first")) == sorted(set(traced_samples(tmp_path / "first")))
+    assert len(traced_samples(tmp_path / "first")) == done
 
     second = _traced(after, tmp_path / "second", common + ["-b", 8 // after, "--resume", "auto"])
     output = second.stdout.read()
     assert second.wait(timeout=300) == 0, output
-    seen = _seen(tmp_path / "first") + _seen(tmp_path / "second")
+    seen = traced_samples(tmp_path / "first") + traced_samples(tmp_path / "second")
     assert sorted(seen) == list(range(TRAIN_IMAGES))  # each image once: none twice, none lost
     resumed = [r for r in records(tmp_path / "cut", "train") if r["epoch_step"] > done // 8]
     assert resumed and resumed[0]["epoch_step"] == done // 8 + 1  # it went on from there

@@ -139,16 +139,37 @@ class ParameterServer:
             self.epoch = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
             if self.epoch >= self.cfg.epochs:
                 self.stop_reason = "finished"  # resumed a run that had already ended
+            self._resume_position = self._position_to_resume_at()
             self._interval = _Interval(self.workers)
             self._epoch_started = time.perf_counter()
             self._epoch_metrics = {k: 0.0 for k in self._interval.metrics}
             self.log.restart_clock()
             self._train_t0 = time.monotonic()
-            reply = self._reply()
+            reply = self._reply(epoch_samples=self._resume_position)
             futures, self._register_futures = self._register_futures, []
         for f in futures:
             f.set_result(reply)
         return future
+
+    def _position_to_resume_at(self) -> int:
+        """Global samples of the current epoch the workers skip (a resume inside an epoch).
+
+        sync with the IID split reads the epoch's global order round by round, as DDP does, so
+        it continues exactly where it stopped when the rounds (workers x -b) still fit. async
+        and esync workers move through their shards at their own pace, so no prefix of the
+        global order is done: they (and a sync run whose rounds no longer fit) read the epoch
+        again from its start."""
+        into = self.samples - self.epoch * self.samples_per_epoch
+        if into <= 0 or self.epoch >= self.cfg.epochs:
+            return 0
+        round_size = self.cfg.batch_size * self.workers
+        if self.mode == "sync" and self.cfg.split == "iid" and into % round_size == 0:
+            return into
+        self.log.print(f"note: resumed inside epoch {self.epoch} after {into} samples; --mode "
+                       f"{self.mode} (--split {self.cfg.split}, rounds of {round_size}) cannot "
+                       "continue that epoch's order exactly, so the workers read it again from "
+                       "its start")
+        return 0
 
     def _lr_multiplier(self) -> float:
         return self.schedule(self.samples // (self.cfg.batch_size * self.workers))
@@ -312,6 +333,7 @@ class ParameterServer:
         completed = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
         return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
                 "optimizer": optimizer, "epoch": completed, "epoch_step": 0,
+                "epoch_samples": self.samples - completed * self.samples_per_epoch,
                 "step": self.step, "samples": self.samples, "mode": self.mode,
                 "world_size": self.workers + 1, "config": self.cfg.to_dict()}
 

@@ -75,11 +75,12 @@ class Worker:
     # --- helpers ------------------------------------------------------------------------------
     def _batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, float]]:
         """This worker's shard, epoch after epoch, for as long as the server wants (from the
-        server's epoch: after a resume, a partly done epoch starts again with a fresh order)."""
+        server's epoch and, after a resume, its position in that epoch's global order)."""
         for epoch in itertools.count(self.first_epoch):
-            self.loader.set_epoch(epoch)
+            self.loader.set_epoch(epoch, self.first_epoch_samples if epoch == self.first_epoch
+                                  else 0)
             batches = iter(self.loader)
-            for _ in range(self.steps_per_epoch):
+            for _ in range(min(self.steps_per_epoch, len(self.loader))):
                 t = time.perf_counter()
                 images, targets = next(batches)
                 yield images, targets, time.perf_counter() - t
@@ -147,7 +148,7 @@ class Worker:
                 f"=> worker {self.worker}: {signal.Signals(num).name}: the server will stop "
                 "the run at its next update", flush=True))
         control = self._take(self._call(srv.register, self.worker, self.steps_per_epoch))
-        self.first_epoch = control["epoch"]
+        self.first_epoch, self.first_epoch_samples = control["epoch"], control["epoch_samples"]
         loop = {"sync": self._gradient_loop, "async": self._gradient_loop,
                 "esync": self._esync_loop}[self.cfg.mode]
         if not control["stop"]:
