@@ -5,9 +5,8 @@ Plain Python only (no torch, no matplotlib), so importing it costs nothing.
 """
 from __future__ import annotations
 
+import importlib
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -28,13 +27,18 @@ def exit_without_recipe(err: ModuleNotFoundError) -> NoReturn:
     sys.exit(2)
 
 
-def registry():
-    """The engine's registry of entry scripts (recipe.registry: plain data, no torch)."""
+def recipe_module(name: str):
+    """A torch-free module of the engine package (registry, machine), or exit 2 with the hint
+    when train/ is not on the path."""
     try:
-        from recipe import registry as module
+        return importlib.import_module(f"recipe.{name}")
     except ModuleNotFoundError as err:
         exit_without_recipe(err)
-    return module
+
+
+def registry():
+    """The engine's registry of entry scripts, opt levels and data backends."""
+    return recipe_module("registry")
 
 
 def strategy_label(run: dict) -> str:
@@ -115,21 +119,11 @@ def write_block(results: Path, name: str, block: str, heading: str) -> None:
 
 # --- this machine --------------------------------------------------------------------------------
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return recipe_module("machine").cpu_model()
 
 
 def cpu_cores() -> int:
-    """The cores this process may run on (a container or taskset may allow fewer than the
-    machine has)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return recipe_module("machine").cpu_cores()
 
 
 def gpu_name() -> Optional[str]:

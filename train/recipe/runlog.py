@@ -33,6 +33,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
+from .machine import cpu_model
+
 # Which JSONL fields become TensorBoard scalars, per record kind, and under which tag prefix.
 TB_SCALARS = {
     "train": ("train", ("loss", "top1", "top5", "lr", "img_s", "img_s_per_proc", "data_time",
@@ -43,16 +45,6 @@ TB_SCALARS = {
     "worker": ("worker{worker}", ("compute_time", "comm_time", "wait_time", "bytes_pushed",
                                   "bytes_pulled", "local_steps", "staleness")),
 }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def environment_info() -> Dict[str, Any]:

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
+from ..machine import cpu_cores
 from .folders import IMAGENET_MEAN, IMAGENET_STD, collate_uint8, image_folders
 from .sampling import Shard, ShardedSampler
 
@@ -100,8 +101,7 @@ class StopSignalShield:
 
 
 def cores_per_process(local_world: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, cores // max(local_world, 1))
+    return max(1, cpu_cores() // max(local_world, 1))
 
 
 def default_workers(local_world: int) -> int:

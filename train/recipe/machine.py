@@ -1,0 +1,25 @@
+"""This machine, as the run logs and the benchmark tools describe it (no torch import)."""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, e.g. 'AMD EPYC 9554 64-Core Processor'."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (a container or taskset may allow fewer than the
+    machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
