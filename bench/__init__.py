@@ -5,7 +5,8 @@
   ps            parameter server (sync, async, ESync) vs DDP with a slow worker
   hvd           Horovod vs DDP throughput in one run
   io            input-pipeline throughput, every loader on the same files and cores
-  loop          the engine's train loop vs a hand-written loop, same batches
+  loop          the engine's optimizer step (Trainer.train_step) vs a hand-written one,
+                same batches
   scaling       the scaling model: predicted vs published and measured scaling
   results       the RESULTS.md blocks of a sweep and of the PS benchmark
   summarize     a Markdown table of runs
@@ -13,8 +14,8 @@
   plot_scaling  the sweep's figures (figures/scaling_*.png)
   plot_ps       the PS benchmark's figures (figures/ps_*.png)
 
-and the modules they share: common (the run-log reader, the RESULTS.md block writer, this
-machine, the commit), jobs (starting runs as a user would), sweep_stats and ps_stats (the
-numbers the tables and figures show), figure (matplotlib for files). Every table and figure is
-drawn from the runs' log.jsonl files, never from typed numbers.
+and the modules they share: common (the run-log reader, the RESULTS.md block and table
+writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and
+ps_stats (the numbers the tables and figures show), figure (matplotlib for files). Every table
+and figure is drawn from the runs' log.jsonl files, never from typed numbers.
 """

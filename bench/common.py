@@ -1,5 +1,6 @@
-"""What every tool shares: the run-log reader, the RESULTS.md block writer, this machine's
-description and the commit the numbers were measured at.
+"""What every tool shares: the run-log reader (and what a run record and its learning curve
+say), the RESULTS.md block and table writers, this machine's description and the commit the
+numbers were measured at.
 
 Plain Python only (no torch, no matplotlib), so importing it costs nothing.
 """
@@ -11,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, NoReturn, Optional
+from typing import Dict, List, NamedTuple, NoReturn, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def registry():
 def strategy_label(run: dict) -> str:
     """How tables and figures name the strategy of a run record: the registry's label, followed
     by the parameter server's mode ("PS sync")."""
-    entry = run.get("entry", run.get("strategy"))
+    entry = logged_entry(run)
     known = registry().ENTRIES.get(entry)
     label = known.label if known else str(entry)
     return f"{label} {run['mode']}" if run.get("mode") else label
@@ -84,6 +85,21 @@ def steady(records: List[dict], key: str) -> List[float]:
     return [r[key] for r in records if r.get(key) is not None][1:]
 
 
+def logged_entry(run: dict) -> str:
+    """The entry script of a run record ("ddp", "ps", ...). Logs written before the record had
+    `entry` name only their strategy, which was the entry's name then."""
+    return run.get("entry", run.get("strategy"))
+
+
+def logged_precision(run: dict) -> str:
+    """'O1 bfloat16': the opt level and dtype of a run record."""
+    if "precision" not in run and logged_entry(run) == "ps":
+        # Parameter-server logs from before its run record carried `precision`: it trained in
+        # fp32 only then. Any other run record without it is malformed, and says so (KeyError).
+        return "O0 float32"
+    return f"{run['precision']['opt_level']} {run['precision']['dtype']}"
+
+
 def logged_device(run: dict) -> str:
     """What a run record says it ran on: its GPUs, else its CPU and core count."""
     hw = run["hardware"]
@@ -94,7 +110,43 @@ def logged_hardware(run: dict) -> str:
     return f"{logged_device(run)}, torch {run['versions']['torch']}"
 
 
+# --- learning curves -----------------------------------------------------------------------------
+class CurvePoint(NamedTuple):
+    epoch: int                  # 1-based: the epoch just finished
+    seconds: Optional[float]    # training wall-clock; None where the log cannot tell
+    top1: float
+    top5: float
+
+
+def epoch_clock(logs: Log) -> Dict[int, float]:
+    """Training wall-clock at the end of each epoch (0-based, as logged): the sum of the
+    `train_epoch` epoch_time so far, so validation, checkpoints and start-up do not count."""
+    clock, total = {}, 0.0
+    for e in logs.get("train_epoch", []):
+        total += e["epoch_time"]
+        clock[e["epoch"]] = total
+    return clock
+
+
+def val_points(logs: Log) -> List[CurvePoint]:
+    """One point per `val` record, in file order. Its wall-clock is the record's own
+    train_elapsed where it has one (the parameter server evaluates in the background, on weights
+    taken at that moment), else the epoch clock at the end of its epoch."""
+    clock = epoch_clock(logs)
+    return [CurvePoint(v["epoch"] + 1, v.get("train_elapsed", clock.get(v["epoch"])),
+                       v["top1"], v["top5"]) for v in logs.get("val", [])]
+
+
 # --- RESULTS.md ----------------------------------------------------------------------------------
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
+                   right_from: int = 1) -> str:
+    """A Markdown table; the columns from `right_from` on are right-aligned (numbers)."""
+    align = ["---"] * right_from + ["---:"] * (len(header) - right_from)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def marker(name: str, end: bool = False) -> str:
     return f"<!-- {name}:{'end' if end else 'start'} -->"
 

@@ -1,11 +1,11 @@
-"""How much does the engine's train loop cost over a hand-written loop? One run, same batches.
+"""How much does one engine step (Trainer.train_step) cost over a hand-written one? Same batches.
 
     launch/env.sh python -m bench.loop               # resnet18, 64 px, b32: ~3 min on 2 idle cores
     launch/env.sh python -m bench.loop --threads 1   # steadier when other jobs share the CPU
     launch/env.sh python -m bench.loop -a resnet50 --image-size 224 -b 256 --opt-level O1  # GPU
 
 Both sides train the same model from identical weights on the same pre-built batches already on
-the device, so the input pipeline is excluded from both and only the loops differ:
+the device, so the input pipeline is excluded from both and only the steps differ:
 
   engine  `Trainer.train_step`, the step the entry scripts run (Trainer built through
           parse_args + setup): the strategy's micro-step and backward, the precision plugin,
@@ -199,7 +199,7 @@ def run_engine_steps(trainer: Trainer, batches: list, steps: int) -> None:
 
 
 def max_weight_difference(a: nn.Module, b: nn.Module) -> float:
-    """Largest |a - b| over parameters and buffers: ~0 when both loops did the same math."""
+    """Largest |a - b| over parameters and buffers: ~0 when both sides did the same math."""
     diffs = [(x.double() - y.double()).abs().max().item()
              for x, y in zip(a.state_dict().values(), b.state_dict().values())
              if x.is_floating_point()]

@@ -59,7 +59,7 @@ def draw(bench_dir: Path, figures: Path, target: Optional[float]) -> List[Path]:
     fig, ax = plt.subplots(figsize=(8, 5))
     for c in contenders:
         curve = val_curve(c)
-        ax.plot([p[0] for p in curve], [p[2] for p in curve], "o-", label=c.label)
+        ax.plot([p.seconds for p in curve], [p.top1 for p in curve], "o-", label=c.label)
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g} %")
     ax.set(xlabel="training wall-clock (s): DDP sum of epoch times, PS train_elapsed of the "

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.common import REPO, exit_without_recipe
 from bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
+from bench.ps_stats import parse_target
 
 try:
     from recipe.ps.config import MODES
@@ -104,19 +105,15 @@ def parse(argv=None):
     p.add_argument("-j", "--loader-workers", type=int, default=1)
     p.add_argument("--train-per-class", type=int, default=80)
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
-    p.add_argument("--target", default="auto",
-                   help="val top-1 %% for the time-to-target column, or auto: the highest "
-                        "multiple of 5 %% that every contender reached (async is the least "
-                        "repeatable: its update order depends on arrival times)")
+    p.add_argument("--target", type=parse_target, default=None,
+                   help="val top-1 %% for the time-to-target column, or auto (default): the "
+                        "highest multiple of 5 %% that every contender reached (async is the "
+                        "least repeatable: its update order depends on arrival times)")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     p.add_argument("--figures", default=str(REPO / "figures"))
     p.add_argument("--results", default=str(REPO / "RESULTS.md"))
     p.add_argument("--no-results", dest="results", action="store_const", const=None)
     args = p.parse_args(argv)
-    try:
-        args.target = None if args.target == "auto" else float(args.target)
-    except ValueError:
-        p.error(f"--target takes a percentage or auto, got {args.target!r}")
     if args.quick:
         quick_defaults(args, argv, {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
                                     "--warmup-epochs": ("warmup_epochs", 0),

@@ -24,12 +24,13 @@ What is computed, and from what:
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from bench.common import Log, entry_order, exit_without_recipe, logged_hardware, read_log, \
-    run_dirs, strategy_label
+from bench.common import CurvePoint, Log, entry_order, exit_without_recipe, logged_entry, \
+    logged_hardware, read_log, run_dirs, strategy_label, val_points
 
 try:
     from recipe.ps.config import MODES
@@ -79,23 +80,16 @@ def load(bench_dir: Path) -> List[Contender]:
 
 def _order(c: Contender) -> tuple:
     """DDP first (the registry's order), then the server's modes in the engine's order."""
-    entry = c.run.get("entry", c.run.get("strategy"))
+    entry = logged_entry(c.run)
     mode = MODES.index(c.key) if c.key in MODES else len(MODES)
     return entry_order(entry), mode, c.name
 
 
-def val_curve(c: Contender) -> List[tuple]:
-    """(training wall-clock s, epoch, top1, top5) per val record."""
-    clock, t = {}, 0.0
-    for e in c.logs.get("train_epoch", []):
-        t += e["epoch_time"]
-        clock[e["epoch"]] = t
-    points = []
-    for v in c.logs.get("val", []):
-        when = v.get("train_elapsed") if c.is_ps else clock.get(v["epoch"])
-        if when is not None:
-            points.append((when, v["epoch"] + 1, v["top1"], v["top5"]))
-    return sorted(points)
+def val_curve(c: Contender) -> List[CurvePoint]:
+    """The val points that have a training wall-clock, in its order: time to target is that of
+    the first one over the target."""
+    timed = [p for p in val_points(c.logs) if p.seconds is not None]
+    return sorted(timed, key=lambda p: (p.seconds, p.epoch))
 
 
 def gradient_bytes(c: Contender) -> int:
@@ -116,14 +110,15 @@ def summarize(c: Contender, target: Optional[float]) -> dict:
     train_s = sum(e["epoch_time"] for e in epochs)
     samples = sum(e["img_s"] * e["epoch_time"] for e in epochs)
     curve = val_curve(c)
-    hit = next((p for p in curve if target is not None and p[2] >= target), None)
+    hit = next((p for p in curve if target is not None and p.top1 >= target), None)
     n = c.workers
     row = {"run": c.name, "label": c.label, "key": c.key, "workers": n,
            "slowdowns": c.slowdowns, "epochs": len(epochs), "train_s": train_s,
            "samples_s": samples / train_s if train_s else None,
-           "final_top1": curve[-1][2] if curve else None,
-           "best_top1": max((p[2] for p in curve), default=None),
-           "time_to_target": hit[0] if hit else None, "epoch_to_target": hit[1] if hit else None,
+           "final_top1": curve[-1].top1 if curve else None,
+           "best_top1": max((p.top1 for p in curve), default=None),
+           "time_to_target": hit.seconds if hit else None,
+           "epoch_to_target": hit.epoch if hit else None,
            "per_worker_samples_s": [], "traffic_mb_s": [], "bytes_per_sample": [],
            "comm_ratio": [], "wait_ratio": [], "traffic": "measured",
            "local_steps": None, "staleness": None}
@@ -173,8 +168,15 @@ def summarize(c: Contender, target: Optional[float]) -> dict:
 
 
 def parse_target(text) -> Optional[float]:
-    """--target: a val top-1 % or 'auto' (None)."""
-    return None if text in (None, "auto") else float(text)
+    """--target (an argparse type): a val top-1 % or 'auto' (None)."""
+    if text in (None, "auto"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        # argparse shows this message as it is (a plain ValueError would read "invalid
+        # parse_target value")
+        raise argparse.ArgumentTypeError(f"takes a percentage or auto, got {text!r}") from None
 
 
 def resolve_target(contenders: List[Contender], target: Optional[float]) -> tuple:
@@ -182,7 +184,7 @@ def resolve_target(contenders: List[Contender], target: Optional[float]) -> tupl
     contender reached, so each has a time to it."""
     if target is not None:
         return target, False
-    bests = [max((p[2] for p in val_curve(c)), default=0.0) for c in contenders]
+    bests = [max((p.top1 for p in val_curve(c)), default=0.0) for c in contenders]
     return max(5.0, 5.0 * (min(bests) // 5)), True
 
 

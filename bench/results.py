@@ -18,10 +18,10 @@ import datetime
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 from bench import ps_stats, sweep_stats
-from bench.common import REPO, git_commit, write_block
+from bench.common import REPO, git_commit, markdown_table, write_block
 
 HEADINGS = {"sweep": "## Strategy sweep", "bench_ps": "## Parameter server vs DDP with a slow "
                                                       "worker"}
@@ -44,13 +44,6 @@ ESYNC_CLAIM = (
 
 def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
     return none if value is None else format(value, spec)
-
-
-def _table(header: List[str], rows: List[List[str]], right_from: int = 1) -> str:
-    align = ["---"] * right_from + ["---:"] * (len(header) - right_from)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _where(path: Path) -> str:
@@ -153,10 +146,10 @@ def sweep_block(sweep_dir: Path) -> str:
                           _fmt(r["efficiency_nd"], ".2f"), _fmt(r["overhead"], ".2f"),
                           (f"{r['ps_comm_share']:.2f} / {r['ps_wait_share']:.2f}"
                            if r["ps_comm_share"] is not None else "-")])
-        text.append(_table(["strategy", "img/s, 1 worker", f"img/s, {top} workers",
-                            "efficiency", "vs nd", "overhead vs 1 worker",
-                            "PS comm / wait share"],
-                           table))
+        text.append(markdown_table(["strategy", "img/s, 1 worker", f"img/s, {top} workers",
+                                    "efficiency", "vs nd", "overhead vs 1 worker",
+                                    "PS comm / wait share"],
+                                   table))
         ddp = next((r for r in head if r["entry"] == "ddp" and not r["variant"]
                     and r["efficiency"] is not None), None)
         if ddp:
@@ -165,7 +158,7 @@ def sweep_block(sweep_dir: Path) -> str:
                      f"{ddp['efficiency']:.2f}, target 0.90 {verdict} in this sweep."]
     text += ["", "All throughput runs (epoch time EXTRAPOLATED to 1,281,167 images, the "
              "ImageNet-1k train set, at this model and image size; not measured):", ""]
-    text.append(_table(
+    text.append(markdown_table(
         ["run", "strategy", "workers", "processes", "img/s", "img/s per worker", "step s",
          "efficiency", "epoch h (extrap.)", "intervals", "other CPU"],
         [[f"`{r['run']}`", r["label"], str(r["workers"]), str(r["processes"]),
@@ -182,16 +175,17 @@ def sweep_block(sweep_dir: Path) -> str:
         table = []
         for r in curves:
             pts = sweep_stats.curve_points(r.logs)
-            val = pts["val"]
-            table.append([f"`{r.name}`", r.label, str(r.workers), str(len(pts["train"])),
-                          _fmt(val[-1][2] if val else None), _fmt(val[-1][3] if val else None),
-                          _fmt(max((v[2] for v in val), default=None)),
-                          _fmt(pts["train"][-1][2] if pts["train"] else None),
-                          _fmt(val[-1][1] if val and val[-1][1] is not None else None, ".0f"),
+            train, val = pts["train"], pts["val"]
+            last = val[-1] if val else None
+            table.append([f"`{r.name}`", r.label, str(r.workers), str(len(train)),
+                          _fmt(last.top1 if last else None), _fmt(last.top5 if last else None),
+                          _fmt(max((v.top1 for v in val), default=None)),
+                          _fmt(train[-1].top1 if train else None),
+                          _fmt(last.seconds if last else None, ".0f"),
                           _other(meta, r.name)])
-        text.append(_table(["run", "strategy", "workers", "epochs", "final val top-1",
-                            "final val top-5", "best val top-1", "last train top-1",
-                            "training s", "other CPU"], table, right_from=2))
+        text.append(markdown_table(["run", "strategy", "workers", "epochs", "final val top-1",
+                                    "final val top-5", "best val top-1", "last train top-1",
+                                    "training s", "other CPU"], table, right_from=2))
     text += ["", "![throughput](figures/scaling_throughput.png)",
              "![efficiency](figures/scaling_efficiency.png)",
              "![communication share](figures/scaling_comm_share.png)",
@@ -263,7 +257,7 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
             _fmt(sum(bps) / len(bps) / 1e6 if bps else None, ".2f"),
             " / ".join(_fmt(x, ".2f") for x in comm) if comm else "not measured",
             " / ".join(_fmt(x, ".2f") for x in wait) if wait else "-", _other(meta, r["run"])])
-    text.append(_table(
+    text.append(markdown_table(
         ["contender", f"s to {_fmt(target, 'g')} %", "epoch", "final val top-1",
          "best val top-1", "samples/s", "per worker", "MB/s per worker",
          "MB per sample per worker", "comm ratio per worker", "wait ratio per worker",

@@ -13,7 +13,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.common import read_log, steady
+from bench.common import logged_device, logged_entry, logged_precision, markdown_table, \
+    read_log, steady, strategy_label
 
 
 def row(run_dir: Path) -> dict:
@@ -23,11 +24,9 @@ def row(run_dir: Path) -> dict:
     # A run too short for a second interval is shown with its only one, warm-up included.
     rates = steady(train, "img_s") or [r["img_s"] for r in train]
     val = logs.get("val", [])
-    hw = run["hardware"]
-    device = ", ".join(hw["gpus"]) if hw["gpus"] else f"{hw['cpu']} x{hw['cpu_count']} CPU"
     return {
-        "run": run_dir.name, "script": run["entry"], "procs": run["world_size"],
-        "precision": f"{run['precision']['opt_level']} {run['precision']['dtype']}",
+        "run": run_dir.name, "script": logged_entry(run), "strategy": strategy_label(run),
+        "procs": run["world_size"], "precision": logged_precision(run),
         "arch": run["config"]["arch"], "image": run["config"]["image_size"],
         "global batch": run["global_batch"],
         "img/s": f"{statistics.median(rates):.1f}" if rates else "-",
@@ -36,15 +35,14 @@ def row(run_dir: Path) -> dict:
         "best top-1": f"{max(v['top1'] for v in val):.1f}" if val else "-",
         "epochs": len(logs.get("train_epoch", [])),
         "wall s": f"{(logs.get('end') or train or [run])[-1]['elapsed']:.0f}",
-        "device": device, "torch": run["versions"]["torch"],
+        "device": logged_device(run), "torch": run["versions"]["torch"],
     }
 
 
 def markdown(rows: list) -> str:
     cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
+    # Text and numbers alternate across the columns: all of them stay left-aligned.
+    return markdown_table(cols, [[str(r[c]) for c in cols] for r in rows], right_from=len(cols))
 
 
 def main(argv=None) -> int:

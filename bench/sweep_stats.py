@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from bench.common import Log, entry_order, logged_hardware, read_log, run_dirs, steady, \
-    strategy_label
+from bench.common import CurvePoint, Log, entry_order, epoch_clock, logged_entry, \
+    logged_hardware, logged_precision, read_log, run_dirs, steady, strategy_label, val_points
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 
@@ -72,19 +72,15 @@ def load_run(run_dir: Path) -> Optional[Run]:
         return None
     run = logs["run"][-1]
     cfg = run["config"]
-    entry = run.get("entry", run.get("strategy"))
+    entry = logged_entry(run)
     workers = run.get("workers", run["world_size"]) if entry == "ps" else run["world_size"]
-    if entry == "ps":
-        precision = "O0 float32"  # the parameter server trains in fp32
-    else:
-        precision = f"{run['precision']['opt_level']} {run['precision']['dtype']}"
     variant = ""
     if run.get("comm_hook") not in (None, "none"):
         variant = f"{run['comm_hook']} hook"
     elif cfg.get("fp16_allreduce") and entry == "hvd":
         variant = "fp16 compression"
     r = Run(run_dir.name, logs, "curves" if run_dir.name.startswith("curves-") else "throughput",
-            entry, workers, run["world_size"], precision, variant)
+            entry, workers, run["world_size"], logged_precision(run), variant)
     train = logs.get("train", [])
     rates, steps = steady(train, "img_s"), steady(train, "step_time")
     r.intervals = len(rates)
@@ -155,16 +151,9 @@ def describe_hardware(runs: List[Run]) -> str:
     return logged_hardware(runs[0].run)
 
 
-def curve_points(logs: Log) -> dict:
+def curve_points(logs: Log) -> Dict[str, List[CurvePoint]]:
     """Per-epoch train and val top-1/top-5 with their epoch and training wall-clock."""
-    epochs = logs.get("train_epoch", [])
-    clock, t = {}, 0.0
-    for e in epochs:
-        t += e["epoch_time"]
-        clock[e["epoch"]] = t
-    train = [(e["epoch"] + 1, clock[e["epoch"]], e["top1"], e["top5"]) for e in epochs]
-    val = []
-    for v in logs.get("val", []):
-        when = v.get("train_elapsed", clock.get(v["epoch"]))
-        val.append((v["epoch"] + 1, when, v["top1"], v["top5"]))
-    return {"train": train, "val": val}
+    clock = epoch_clock(logs)
+    train = [CurvePoint(e["epoch"] + 1, clock[e["epoch"]], e["top1"], e["top5"])
+             for e in logs.get("train_epoch", [])]
+    return {"train": train, "val": val_points(logs)}

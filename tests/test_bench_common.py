@@ -1,10 +1,15 @@
-"""Unit tests of bench/common.py, what every tool shares: the run-log reader and the writer of
-RESULTS.md's generated blocks. Pure Python: no torch import, no training run."""
+"""Unit tests of bench/common.py, what every tool shares: the run-log reader, what a run record
+and its learning curve say, and the writer of RESULTS.md's generated blocks; and the run summary
+built on them. Pure Python: no torch import, no training run."""
 from __future__ import annotations
 
 import json
 
-from bench.common import read_log, replace_block, run_dirs, steady, write_block
+import pytest
+
+from bench import summarize
+from bench.common import logged_precision, read_log, replace_block, run_dirs, steady, \
+    val_points, write_block
 
 
 def test_replace_block_is_idempotent_and_touches_nothing_else():
@@ -40,3 +45,62 @@ def test_read_log_groups_by_kind_and_survives_a_partial_last_line(tmp_path):
     assert sorted(logs) == ["run", "train"] and len(logs["train"]) == 4
     assert steady(logs["train"], "img_s") == [30.0, 50.0]  # the warm-up interval dropped
     assert run_dirs(tmp_path) == [run]
+
+
+def _write_log(run_dir, records):
+    run_dir.mkdir()
+    (run_dir / "log.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
+
+
+def _ps_log(**run_fields):
+    """A parameter-server run of 2 epochs as its log reads, with the run record of an old one
+    (no `precision`) unless `run_fields` add it."""
+    run = {"kind": "run", "elapsed": 0.0, "entry": "ps", "strategy": "ps", "mode": "sync",
+           "world_size": 3, "workers": 2, "global_batch": 16,
+           "config": {"arch": "resnet18", "image_size": 32, "batch_size": 8},
+           "hardware": {"gpus": [], "cpu": "AMD EPYC", "cpu_count": 2},
+           "versions": {"torch": "2.15.0"}, **run_fields}
+    train = [{"kind": "train", "elapsed": t, "img_s": rate} for t, rate in
+             ((2.0, 10.0), (4.0, 30.0), (6.0, 50.0))]
+    epochs = [{"kind": "train_epoch", "epoch": e, "epoch_time": 3.0, "top1": 40.0 + 20 * e,
+               "top5": 90.0} for e in (0, 1)]
+    # evaluated in the background: the second evaluation ends after training does
+    val = [{"kind": "val", "elapsed": 4.0, "epoch": 0, "train_elapsed": 2.5, "top1": 50.0,
+            "top5": 95.0},
+           {"kind": "val", "elapsed": 8.0, "epoch": 1, "train_elapsed": 5.5, "top1": 75.0,
+            "top5": 100.0}]
+    end = {"kind": "end", "elapsed": 8.5, "epoch": 1, "step": 6, "best_top1": 75.0,
+           "reason": "finished"}
+    return [run, *train, *epochs, *val, end]
+
+
+def test_summary_of_an_old_parameter_server_run(tmp_path, capsys):
+    _write_log(tmp_path / "ps-sync", _ps_log())
+    assert summarize.main([str(tmp_path / "ps-sync")]) == 0
+    header, rule, row = capsys.readouterr().out.strip().splitlines()
+    cells = dict(zip((c.strip() for c in header.strip("|").split("|")),
+                     (c.strip() for c in row.strip("|").split("|"))))
+    assert rule.count("---") == len(cells)
+    assert cells["script"] == "ps" and cells["strategy"] == "PS sync"
+    assert cells["precision"] == "O0 float32"  # not logged then: the server trained in fp32
+    assert cells["procs"] == "3" and cells["img/s"] == "40.0"  # median after the first interval
+    assert cells["val top-1"] == "75.0" and cells["epochs"] == "2" and cells["wall s"] == "8"
+    assert cells["device"] == "AMD EPYC (2 cores, no GPU)"
+
+
+def test_logged_precision_is_read_where_logged_and_fp32_only_for_old_ps_logs():
+    bf16 = {"opt_level": "O1", "dtype": "bfloat16", "loss_scaling": "none"}
+    assert logged_precision(_ps_log(precision=bf16)[0]) == "O1 bfloat16"
+    assert logged_precision(_ps_log()[0]) == "O0 float32"
+    with pytest.raises(KeyError):  # any other run record without it is malformed
+        logged_precision({"entry": "ddp", "world_size": 2})
+
+
+def test_val_points_take_the_evaluated_snapshot_time_else_the_epoch_clock(tmp_path):
+    _write_log(tmp_path / "ps-sync", _ps_log())
+    logs = read_log(tmp_path / "ps-sync")
+    assert [(p.epoch, p.seconds) for p in val_points(logs)] == [(1, 2.5), (2, 5.5)]
+    for v in logs["val"]:  # as the engine logs them: validation pauses training
+        del v["train_elapsed"]
+    assert [(p.epoch, p.seconds, p.top1) for p in val_points(logs)] == [(1, 3.0, 50.0),
+                                                                        (2, 6.0, 75.0)]

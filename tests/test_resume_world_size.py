@@ -68,3 +68,19 @@ def test_a_position_the_new_global_batch_cannot_reach_is_refused(tiny_imagefolde
     assert "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]
     assert "after 12 samples of epoch 0 (world size 1, global batch 4)" in proc.stderr
     assert "(world size 2, global batch 8) cannot continue exactly there" in proc.stderr
+
+
+def test_a_checkpoint_past_the_last_step_of_this_runs_epoch_goes_on_to_validation(
+        tiny_imagefolder, tmp_path):
+    """Stopped after 36 samples of epoch 0 where this run's epoch is 3 steps of 8 (24 samples):
+    nothing of epoch 0 is left to train, whether or not 8 divides 36; the run validates epoch 0
+    and goes on with epoch 1."""
+    args = TINY + ["-b", "4", "--steps-per-epoch", "3", "--logdir", tmp_path]
+    run_script("ddp.py", args + ["--epochs", "1", "--run-name", "one", tiny_imagefolder])
+    state = torch.load(tmp_path / "one/checkpoint.pth", weights_only=True)
+    state.update(epoch=0, epoch_step=9, epoch_samples=36)
+    torch.save(state, tmp_path / "late.pth")
+    run_script("ddp.py", args + ["--epochs", "2", "--run-name", "two", "--resume",
+                                 tmp_path / "late.pth", tiny_imagefolder], nproc=2)
+    assert [r["epoch"] for r in records(tmp_path / "two", "val")] == [0, 1]
+    assert {r["epoch"] for r in records(tmp_path / "two", "train")} == {1}

@@ -41,7 +41,7 @@ def test_flat_ring_uses_the_slowest_hop_and_counts_network_steps():
     size = 50e6
     assert sm.flat_ring_time(4, 4, size, h) == pytest.approx(
         sm.ring_allreduce_time(4, size, h.intra))  # one node: NVLink only
-    n, m = 16, 4
+    n = 16  # 4 nodes of 4
     expected = (2 * 15 / 16 * size / (10 * GB) + (2 * 15 - 2 * 3) * 2 * US + 2 * 3 * 5 * US)
     assert sm.flat_ring_time(n, 4, size, h) == pytest.approx(expected, rel=1e-12)
     # two NICs per node run two rings: the node-crossing bandwidth doubles

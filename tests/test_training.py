@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, read_jsonl, records, run_script
+from conftest import TINY, records, run_script
 
 
 def _weights(path):

@@ -111,6 +111,8 @@ class Trainer:
             "grad_accum", 1)
         # Checkpoints written before the position was kept in samples hold only their steps.
         done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
+        if done >= self.steps_per_epoch * self.global_batch:
+            return self.steps_per_epoch  # stopped after the epoch's last step: validation is left
         if done % self.global_batch:
             raise UsageError(
                 f"{state['path']} stopped mid-epoch after {done} samples of epoch "
@@ -281,19 +283,20 @@ class Trainer:
         # On every rank: a strategy whose state is sharded (FSDP) gathers it collectively.
         model_state = self.strategy.module_state_dict()
         optimizer_state = self.strategy.optimizer_state_dict(self.optimizer)
-        error = None
+        failure = None
         if self.strategy.is_main():
             try:
                 self._write_checkpoint(model_state, optimizer_state, rng, is_best, epoch_step,
                                        start)
-            except checkpoint.CheckpointWriteError as err:
-                error = str(err)
+            except Exception as err:  # a full disk, and anything else that stops rank 0 here
+                failure = err
         # Every rank learns how the write went: a rank that went on into the next collective
         # while rank 0 exits would wait there until --dist-timeout.
-        error = self.strategy.broadcast_object(error)
+        error = self.strategy.broadcast_object(None if failure is None else str(failure))
+        if failure is not None:
+            raise failure
         if error is not None:
-            raise checkpoint.CheckpointWriteError(
-                error if self.strategy.is_main() else f"rank 0 failed: {error}")
+            raise checkpoint.CheckpointWriteError(f"rank 0 failed: {error}")
 
     def _write_checkpoint(self, model_state: dict, optimizer_state: dict, rng: list,
                           is_best: bool, epoch_step: Optional[int], start: float) -> None:

@@ -55,10 +55,13 @@ def find_resume_state(cfg, prefix: str, broadcast: Callable[[Any], Any] = _same,
 
 
 def check_resume_matches(state: dict, **expected: Any) -> None:
-    """Refuse a checkpoint of another model (arch, classes, parameter-server mode, ...)."""
-    differ = {k: v for k, v in expected.items() if k in state and state[k] != v}
+    """Refuse a checkpoint of another model or kind of run (arch, classes, parameter-server
+    mode, ...). A key the checkpoint lacks counts as different, except `num_classes`, which
+    older checkpoints do not record."""
+    differ = {k: v for k, v in expected.items()
+              if state.get(k, v if k == "num_classes" else None) != v}
     if differ:
-        held = ", ".join(f"{k} {state[k]}" for k in differ)
+        held = ", ".join(f"{k} {state.get(k)}" for k in differ)
         wanted = ", ".join(f"{k} {v}" for k, v in differ.items())
         raise UsageError(f"--resume {state['path']} holds {held}, but this run has {wanted}: "
                          f"pass the matching flags and data, or another checkpoint")

@@ -2,23 +2,34 @@
 
 (Named `runlog`, not `logging`, so it never shadows the standard library module.)
 
-JSONL schema, shared by every strategy including the parameter server. One JSON object per line,
-always with `kind`, `time` (unix seconds) and `elapsed` (seconds since the run started):
-  kind="run"     config (resolved), strategy, precision, world_size, versions, hardware, argv
-  kind="train"   epoch, step (optimizer steps so far), epoch_step, steps_per_epoch, loss, top1,
-                 top5, lr, img_s (all processes), img_s_per_proc, data_time, step_time, loss_scale
-  kind="train_epoch"  epoch, step, loss, top1, top5, img_s, img_s_per_proc, epoch_time, skipped
-  kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped
+JSONL schema: the one every run writes, the parameter server's included (plots, tables and
+RESULTS.md read nothing else). One JSON object per line, always with `kind`, `time` (unix
+seconds) and `elapsed` (seconds since the run started). Top-k values are percentages.
+  kind="run"     first record (lifecycle.write_run_record): config (resolved), entry, strategy,
+                 world_size, devices_per_process, backend, precision {opt_level, dtype,
+                 loss_scaling}, global_batch, lr, device, resumed_from, versions, hardware, argv;
+                 the engine adds steps_per_epoch and train_samples_per_rank; the parameter
+                 server adds mode, workers, slowdowns and split
+  kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),
+                 loss, top1, top5, count, lr, img_s (all processes), img_s_per_proc, data_time,
+                 step_time; the engine adds epoch_step, steps_per_epoch and loss_scale; the
+                 parameter server adds mode and live_workers
+  kind="train_epoch"  epoch, step, loss, top1, top5, count, img_s, img_s_per_proc, epoch_time,
+                 skipped
+  kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped (parameter
+                 server: also train_elapsed, when the evaluated weights were taken; its
+                 stand-alone evaluator: checkpoint)
   kind="checkpoint"   epoch, step, path, best, seconds
-  kind="end"     epoch, step, best_top1, reason
-Parameter server runs (train/ps.py) add:
-  kind="worker"  worker, step, samples, compute_time, comm_time, wait_time, bytes_pushed,
-                 bytes_pulled (cumulative), local_steps (esync), staleness (async), over one
-                 print interval; `val` records also carry train_elapsed (when the evaluated
-                 weights were taken: evaluation runs in the background)
-  kind="worker_lost"  worker, step, reason
-Top-k values are percentages. TensorBoard tags mirror them: train/loss, train/top1, train/top5,
-train/lr, train/img_s, val/loss, val/top1, val/top5, ...
+  kind="end"     last record (lifecycle.write_end_record): epoch, step, best_top1, reason
+                 ("finished", "preempted by SIGUSR1", "failed: ...", "reached --desired-acc
+                 ..."); the parameter server adds lost_workers
+Parameter-server runs also write:
+  kind="worker"  worker, step, samples, steps, compute_time, comm_time, wait_time, data_time,
+                 seconds, bytes_pushed, bytes_pulled (cumulative), local_steps (esync),
+                 staleness and staleness_max (async), over one print interval
+  kind="worker_lost"  worker, step, reason, live_workers
+TensorBoard tags mirror them (TB_SCALARS below): train/loss, train/top1, ..., epoch/...,
+val/..., worker<N>/....
 """
 from __future__ import annotations
 

@@ -11,10 +11,9 @@ from typing import Callable, Optional
 
 import torch.nn as nn
 
-from .. import checkpoint
+from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
-from ..runlog import RunLog
 from ..strategies import pick_device
 from ..validation import evaluate
 
@@ -74,9 +73,9 @@ def watch(cfg) -> None:
     device = pick_device(cfg.device)
     _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
     out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
-    log = RunLog(out_dir, enabled=True)
-    log.write("run", config=cfg.to_dict(), entry="ps-evaluator", strategy="evaluator",
-              watched=str(watched), world_size=1)
+    log = lifecycle.open_log(out_dir, cfg, is_main=True)
+    lifecycle.write_run_record(log, cfg, "ps-evaluator", None, strategy="evaluator",
+                               watched=str(watched), world_size=1, device=str(device))
     log.print(f"=> evaluator: watching {watched / checkpoint.LATEST}; logging to {out_dir}")
     model, seen, idle_since = None, None, time.monotonic()
     try:

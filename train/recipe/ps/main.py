@@ -16,6 +16,7 @@ from ..config import UsageError, exit_on_usage_error, parse_args
 from ..data import Shard, build_loaders
 from ..models import build_model
 from ..precision import Precision
+from ..registry import ENTRIES
 from ..strategies import pick_device
 from . import evaluator, server as srv, wire
 from .config import PSConfig
@@ -53,7 +54,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
-        lifecycle.check_resume_matches(resume_state, arch=cfg.arch, mode=cfg.mode)
+        lifecycle.check_resume_matches(resume_state, arch=cfg.arch, num_classes=num_classes,
+                                       mode=cfg.mode)
     run_dir = lifecycle.run_directory(cfg, prefix, resume_state)
     log = lifecycle.open_log(run_dir, cfg, is_main=True)
     server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
@@ -138,7 +140,7 @@ def _shutdown(graceful: bool) -> None:
 
 def main(argv: Optional[list] = None, description: str = "") -> None:
     try:
-        cfg = parse_args(argv, description, config_cls=PSConfig)
+        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=PSConfig)
         if cfg.evaluator:
             evaluator.watch(cfg)
             return

@@ -121,6 +121,7 @@ class ParameterServer:
         self.jobs = BackgroundJobs()
         self._eval_model: Optional[nn.Module] = None
         self._train_t0 = time.monotonic()
+        self._resumed_at: Optional[Tuple[int, int]] = None  # (epoch, samples into it)
 
     # --- start: every worker registers, then all get the initial model at once ------------------
     def register(self, worker: int, steps_per_epoch: int) -> torch.futures.Future:
@@ -136,6 +137,11 @@ class ParameterServer:
             # The schedule counts sync-sized steps (N batches), whatever the mode.
             self.schedule = LrMultiplier(self.cfg, max(1, self.samples_per_epoch // (
                 self.cfg.batch_size * self.workers)))
+            if self._resumed_at is not None:
+                # The checkpoint's epoch and position in it, not its sample count divided by
+                # this run's epoch length: another number of workers gives another length.
+                epoch, into = self._resumed_at
+                self.samples = epoch * self.samples_per_epoch + min(into, self.samples_per_epoch)
             self.epoch = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
             if self.epoch >= self.cfg.epochs:
                 self.stop_reason = "finished"  # resumed a run that had already ended
@@ -169,6 +175,7 @@ class ParameterServer:
                        f"{self.mode} (--split {self.cfg.split}, rounds of {round_size}) cannot "
                        "continue that epoch's order exactly, so the workers read it again from "
                        "its start")
+        self.samples = self.epoch * self.samples_per_epoch  # the whole epoch is still to come
         return 0
 
     def _lr_multiplier(self) -> float:
@@ -325,6 +332,8 @@ class ParameterServer:
         self.rule.load_state_dict(state["optimizer"])
         self.step, self.samples = state["step"], state.get("samples", 0)
         self.best_top1 = state.get("best_top1", 0.0)
+        if "epoch_samples" in state:  # older checkpoints hold only the sample count
+            self._resumed_at = (state["epoch"], state["epoch_samples"])
 
     def _snapshot_state(self) -> dict:
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -17,9 +17,12 @@ import torch
 from ..schedule import scaled_lr
 
 
-class UpdateRule:
-    rounds = True  # sync and esync wait for every live worker; async applies each push
+def esync_local_lr(cfg) -> float:
+    """The rate of an ESync worker's own local SGD steps (and the lr the server logs)."""
+    return cfg.local_lr or scaled_lr(cfg, cfg.batch_size)
 
+
+class UpdateRule:
     def __init__(self, cfg, params: List[torch.Tensor], workers: int):
         self.cfg, self.params = cfg, params
         self.base_lr = self.initial_lr(cfg, workers)
@@ -72,7 +75,7 @@ class SyncSGD(UpdateRule):
 class ESyncAverage(UpdateRule):
     def initial_lr(self, cfg, workers: int) -> float:
         # The logged lr is the workers' local one: the server only averages.
-        return cfg.local_lr or scaled_lr(cfg, cfg.batch_size)
+        return esync_local_lr(cfg)
 
     @torch.no_grad()
     def apply_round(self, summed, n, lr_multiplier):
@@ -82,8 +85,6 @@ class ESyncAverage(UpdateRule):
 
 
 class AsyncSGD(UpdateRule):
-    rounds = False
-
     def initial_lr(self, cfg, workers: int) -> float:
         return scaled_lr(cfg, cfg.batch_size)  # each update is one worker's batch of b
 

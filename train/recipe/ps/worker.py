@@ -22,10 +22,10 @@ from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
 from ..precision import Precision
-from ..schedule import scaled_lr
 from ..strategies import pick_device
 from . import server as srv
 from . import wire
+from .update_rules import esync_local_lr
 
 
 def worker_shard(index: int, workers: int, split: str) -> Shard:
@@ -77,10 +77,11 @@ class Worker:
         """This worker's shard, epoch after epoch, for as long as the server wants (from the
         server's epoch and, after a resume, its position in that epoch's global order)."""
         for epoch in itertools.count(self.first_epoch):
-            self.loader.set_epoch(epoch, self.first_epoch_samples if epoch == self.first_epoch
-                                  else 0)
+            skip = self.first_epoch_samples if epoch == self.first_epoch else 0
+            self.loader.set_epoch(epoch, skip)
             batches = iter(self.loader)
-            for _ in range(min(self.steps_per_epoch, len(self.loader))):
+            steps = self.steps_per_epoch - skip // (self.cfg.batch_size * self.workers)
+            for _ in range(min(steps, len(self.loader))):
                 t = time.perf_counter()
                 images, targets = next(batches)
                 yield images, targets, time.perf_counter() - t
@@ -175,7 +176,7 @@ class Worker:
                 return
 
     def _esync_loop(self) -> None:
-        local_lr = self.cfg.local_lr or scaled_lr(self.cfg, self.cfg.batch_size)
+        local_lr = esync_local_lr(self.cfg)
         optimizer = torch.optim.SGD(self.model.parameters(), lr=local_lr,
                                     momentum=self.cfg.momentum,
                                     weight_decay=self.cfg.weight_decay)
