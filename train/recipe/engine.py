@@ -18,11 +18,11 @@ from . import checkpoint, lifecycle
 from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
-from .validation import evaluate
 from .models import build_model
 from .registry import ENTRIES
 from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
+from .validation import evaluate
 
 
 class Preempted(Exception):
