@@ -133,6 +133,19 @@ def _kill_all(procs):
             p.kill()
 
 
+def _preempt_once_training(args, tmp_path, run_dir, trace_dir=None):
+    """Server + 2 workers; SIGUSR1 to the server once training has started: the server exits
+    75 after its checkpoint, the workers 0."""
+    procs = _start_ranks(args, 3, tmp_path, trace_dir)
+    try:
+        _wait_for_training(run_dir, procs)
+        procs[0].send_signal(signal.SIGUSR1)
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        _kill_all(procs)
+    assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+
+
 def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
         tiny_imagefolder, tmp_path):
     """Preempted inside epoch 0 with 2 workers, resumed with 1: sync rounds read the epoch's
@@ -140,14 +153,8 @@ def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
     each of the 64 images once in epoch 0)."""
     args = STEP_ARGS + ["-j", "0", "--mode", "sync", "--epochs", "1", "--logdir", tmp_path,
                         "--run-name", "cut", "--eval-every", "-1", tiny_imagefolder]
-    procs = _start_ranks(args + ["--worker-slowdown", "4,4"], 3, tmp_path, tmp_path / "first")
-    try:
-        _wait_for_training(tmp_path / "cut", procs)
-        procs[0].send_signal(signal.SIGUSR1)
-        codes = [p.wait(timeout=120) for p in procs]
-    finally:
-        _kill_all(procs)
-    assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+    _preempt_once_training(args + ["--worker-slowdown", "4,4"], tmp_path, tmp_path / "cut",
+                           tmp_path / "first")
     saved = torch.load(tmp_path / "cut" / "checkpoint.pth", weights_only=True)
     assert saved["epoch"] == 0 and 0 < saved["epoch_samples"] < 64
     first = traced_samples(tmp_path / "first")
@@ -276,14 +283,7 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
     (the sample count carries over, so the step count comes out exactly as planned)."""
     args = STEP_ARGS + ["--mode", "sync", "--epochs", "3", "--logdir", tmp_path,
                         "--run-name", "pre", "--eval-every", "-1", tiny_imagefolder]
-    procs = _start_ranks(args, 3, tmp_path)
-    try:
-        _wait_for_training(tmp_path / "pre", procs)
-        procs[0].send_signal(signal.SIGUSR1)
-        codes = [p.wait(timeout=120) for p in procs]
-    finally:
-        _kill_all(procs)
-    assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
+    _preempt_once_training(args, tmp_path, tmp_path / "pre")
     end = records(tmp_path / "pre", "end")[0]
     assert end["reason"] == "preempted by SIGUSR1"
     saved = torch.load(tmp_path / "pre" / "checkpoint.pth", weights_only=True)

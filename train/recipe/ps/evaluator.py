@@ -14,6 +14,7 @@ import torch.nn as nn
 from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
+from ..precision import Precision
 from ..strategies import pick_device
 from ..validation import evaluate
 
@@ -89,7 +90,7 @@ def watch(cfg) -> None:
                     if model is None:
                         model = build_model(state["arch"], num_classes).to(device)
                     model.load_state_dict(state["model"])
-                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss())
+                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss(), Precision())
                     log.write("val", epoch=state["epoch"], step=state["step"],
                               checkpoint=str(state["path"]), **stats)
                     log.print(f" * Evaluated {state['path'].name} (epoch {state['epoch']}, step "

@@ -24,6 +24,7 @@ from ..metrics import summarize
 from ..schedule import LrMultiplier
 from ..runlog import RunLog
 from . import wire
+from ..precision import Precision
 from ..validation import evaluate
 from .evaluator import BackgroundJobs
 from .monitor import PROBE_AFTER_S, FailureMonitor
@@ -366,8 +367,9 @@ class ParameterServer:
             from ..models import build_model
             self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
         self._eval_model.load_state_dict(state["model"])
+        # the evaluation copy is a float32 model, whatever precision the server trains in
         stats = evaluate(self._eval_model, self.val_loader, self.eval_device,
-                         nn.CrossEntropyLoss())
+                         nn.CrossEntropyLoss(), Precision())
         is_best = stats["top1"] > self.best_top1
         self.best_top1 = max(self.best_top1, stats["top1"])
         self.log.write("val", epoch=epoch, step=step, train_elapsed=taken, **stats, skipped=0)
