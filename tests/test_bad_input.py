@@ -20,6 +20,23 @@ def test_missing_data_dir(tmp_path):
     _expect_usage_error(TINY + [tmp_path / "nope"], "does not exist", tmp_path)
 
 
+def test_a_file_given_as_the_data_folder(tmp_path):
+    archive = tmp_path / "imagenet.tar"
+    archive.write_bytes(b"not a folder")
+    _expect_usage_error(TINY + [archive], "is a file, not a folder", tmp_path)
+
+
+def test_flat_imagenet_val_points_to_the_prepare_script(tiny_imagefolder, tmp_path):
+    """ILSVRC2012_img_val.tar extracts to 50,000 images in val/ itself, without classes."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder / "train", data / "train")
+    (data / "val").mkdir()
+    for i, image in enumerate(sorted((tiny_imagefolder / "val").rglob("*.JPEG"))):
+        shutil.copy(image, data / "val" / f"ILSVRC2012_val_{i + 1:08d}.JPEG")
+    _expect_usage_error(TINY + [data], "python data/prepare_imagenet_val.py", tmp_path)
+
+
 def test_no_dataset_argument(tmp_path):
     _expect_usage_error(TINY, "the dataset path is missing", tmp_path)
 
@@ -61,12 +78,54 @@ def test_dali_gpu_without_a_gpu(tiny_imagefolder, tmp_path):
 
 
 def test_fp16_allreduce_is_horovod_only(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder], "train/hvd.py", tmp_path)
+    _expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder],
+                        "--fp16-allreduce is an option of train/hvd.py, not of train/ddp.py; "
+                        "DDP's counterpart is --ddp-comm-hook fp16", tmp_path, script="ddp.py")
 
 
 def test_ddp_comm_hook_needs_ddp(tiny_imagefolder, tmp_path):
     _expect_usage_error(TINY + ["--ddp-comm-hook", "fp16", tiny_imagefolder],
-                        "--ddp-comm-hook is a DDP option", tmp_path)
+                        "--ddp-comm-hook is an option of train/ddp.py, train/ddp_apex.py, not of "
+                        "train/nd.py", tmp_path)
+
+
+def test_the_parameter_server_refuses_mixed_precision_by_name(tiny_imagefolder, tmp_path):
+    _expect_usage_error(TINY + ["--opt-level", "O1", tiny_imagefolder],
+                        "--opt-level is an option of train/nd.py", tmp_path, script="ps.py")
+    _expect_usage_error(TINY + ["--data-backend", "dali-cpu", tiny_imagefolder],
+                        "invalid choice: 'dali-cpu'", tmp_path, script="ps.py")
+
+
+def _help(script: str) -> str:
+    return run_script(script, ["-h"]).stdout
+
+
+@pytest.mark.parametrize("script,absent", [
+    ("nd.py", ["--ddp-comm-hook", "--fp16-allreduce", "--sync-bn", "--dist-timeout", "--mode"]),
+    ("ddp.py", ["--fp16-allreduce", "--mode", "--evaluator"]),
+    ("hvd.py", ["--ddp-comm-hook", "--powersgd-rank", "--dist-timeout"]),
+    ("ps.py", ["--opt-level", "--amp-dtype", "--loss-scale", "--ddp-comm-hook", "--grad-accum",
+               "--sync-bn", "--compile", "--evaluate", "--num-servers", "dali-cpu"]),
+])
+def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):
+    text = " ".join(_help(script).split(" "))
+    headings = [line for line in text.splitlines() if line.endswith(" options:")]
+    expected = ["data options:", "model options:", "optimization options:",
+                "precision options:", "distribution options:", "checkpointing options:",
+                "logging options:"] + (["parameter server options:"] if script == "ps.py" else [])
+    assert headings == expected, headings
+    for flag in absent:
+        assert flag not in text, f"{script} -h lists {flag}"
+    assert "(default: None)" not in text and "(default: False)" not in text
+    options = text[text.index("optimization options:"):]
+    seed_help = " ".join(options[options.index("--seed"):options.index("--deterministic")].split())
+    assert seed_help.count("default") == 1 and seed_help.endswith("(default: 0)"), seed_help
+
+
+def test_ddp_help_has_the_ddp_options():
+    text = _help("ddp.py")
+    for flag in ("--ddp-comm-hook", "--sync-bn", "--dist-timeout", "--opt-level"):
+        assert flag in text
 
 
 def test_powersgd_needs_a_warm_up_step(tiny_imagefolder, tmp_path):
@@ -104,6 +163,12 @@ def test_gpu_requested_without_gpu(tiny_imagefolder, tmp_path):
 def test_resume_file_missing(tiny_imagefolder, tmp_path):
     _expect_usage_error(TINY + ["--resume", tmp_path / "nope.pth", tiny_imagefolder],
                         "no such checkpoint", tmp_path)
+
+
+def test_resume_a_folder_without_a_checkpoint(tiny_imagefolder, tmp_path):
+    (tmp_path / "empty_run").mkdir()
+    _expect_usage_error(TINY + ["--resume", tmp_path / "empty_run", tiny_imagefolder],
+                        "that folder has no checkpoint.pth", tmp_path)
 
 
 def test_resume_file_not_a_checkpoint(tiny_imagefolder, tmp_path):

@@ -27,11 +27,11 @@ def _assert_same_weights(a, b):
 
 
 def _read_until(proc, prefix: str) -> str:
-    """Consume the run's output up to the first line starting with `prefix`."""
+    """Consume the run's output up to the first line containing `prefix`."""
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if line.startswith(prefix):
+        if prefix in line:
             return "".join(seen)
     proc.wait()
     raise AssertionError(f"the run ended before printing {prefix!r}:\n{''.join(seen)[-3000:]}")

@@ -75,6 +75,21 @@ def test_distributed_validation_is_exact(tiny_imagefolder, tmp_path, backend, np
     assert records(tmp_path / "valN", "run")[0]["world_size"] == nproc
 
 
+def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(tiny_imagefolder, tmp_path):
+    """`-e --resume RUN_DIR` evaluates that run's newest checkpoint, says which epoch's weights
+    they are (the training run's numbering), and measures what the run measured then."""
+    common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path]
+    run_script("nd.py", common + ["--epochs", "2", "--run-name", "trained", tiny_imagefolder])
+    proc = run_script("nd.py", common + ["-e", "--resume", tmp_path / "trained",
+                                         "--run-name", "eval", tiny_imagefolder])
+    assert f"evaluating {tmp_path / 'trained' / 'checkpoint.pth'}: the weights of epoch 1 " \
+           "(step 2)" in proc.stdout, proc.stdout
+    trained, evaluated = records(tmp_path / "trained", "val")[-1], records(tmp_path / "eval", "val")[0]
+    assert (evaluated["epoch"], evaluated["step"]) == (trained["epoch"], trained["step"]) == (1, 2)
+    assert evaluated["top1"] == trained["top1"] and evaluated["count"] == 20
+    assert evaluated["loss"] == pytest.approx(trained["loss"], rel=1e-5)
+
+
 def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
         tiny_imagefolder, tmp_path):
     """torchrun ddp_apex.py on generated data (O1 = bf16 autocast on CPU, gloo): the run record,
@@ -104,12 +119,13 @@ def _assert_tensorboard_events(run_dir, train, val):
     events.Reload()
     tags = set(events.Tags()["scalars"])
     expected = {"train/loss", "train/top1", "train/top5", "train/lr", "train/img_s",
-                "val/loss", "val/top1", "val/top5", "epoch/loss"}
+                "train/step", "eval/loss", "eval/top1", "eval/top5", "train_epoch/loss"}
     assert expected <= tags, expected - tags
-    assert [e.step for e in events.Scalars("train/loss")] == [r["step"] for r in train]
+    assert [e.step for e in events.Scalars("train/loss")] == [r["samples_seen"] for r in train]
+    assert [e.value for e in events.Scalars("train/step")] == [r["step"] for r in train]
     assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(
         [r["loss"] for r in train], rel=1e-6)
-    assert [e.value for e in events.Scalars("val/top1")] == pytest.approx(
+    assert [e.value for e in events.Scalars("eval/top1")] == pytest.approx(
         [r["top1"] for r in val], rel=1e-6)
 
 
@@ -149,8 +165,9 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
         trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
         trainer.setup()
         trainer.fit()
+        weights = trainer.model.state_dict()
         trainer.close()
-        return trainer.model.state_dict(), records(trainer.run_dir, "train")
+        return weights, records(trainer.run_dir, "train")
 
     big, big_log = train("-b", "8", "--run-name", "big")
     acc, acc_log = train("-b", "4", "--grad-accum", "2", "--run-name", "acc")

@@ -43,133 +43,177 @@ def parse_slowdown(text: str) -> Tuple[float, ...]:
     return factors
 
 
-def opt(*flags: str, help: str, **argparse_kwargs: Any) -> dict:
-    """Field metadata: the CLI flags and help of one config field."""
-    return {"flags": flags, "help": help, "argparse": argparse_kwargs}
+# Help groups, in the order `-h` shows them.
+DATA, MODEL, OPTIMIZATION, PRECISION, DISTRIBUTION, CHECKPOINTING, LOGGING = (
+    "data", "model", "optimization", "precision", "distribution", "checkpointing", "logging")
+HELP_GROUPS = (DATA, MODEL, OPTIMIZATION, PRECISION, DISTRIBUTION, CHECKPOINTING, LOGGING)
+
+# Entry scripts (registry names) that share strategy-specific options.
+DDP_ENTRIES = ("ddp", "ddp_apex")
+MULTI_PROCESS = ("ddp", "ddp_apex", "hvd", "ps")
+ENGINE_ENTRIES = ("nd", "dp", "ddp", "ddp_apex", "hvd")  # everything but the parameter server
+
+
+def opt(group: str, *flags: str, help: str, only: Optional[Tuple[str, ...]] = None,
+        elsewhere: str = "", **argparse_kwargs: Any) -> dict:
+    """Field metadata: the help group, CLI flags and help of one config field. `only`: the
+    entry scripts that have the option (default: all); the others leave it out of -h and
+    refuse it, adding `elsewhere` (where to look instead) to the message."""
+    return {"group": group, "flags": flags, "help": help, "only": only,
+            "elsewhere": elsewhere, "argparse": argparse_kwargs}
 
 
 @dataclass
 class TrainConfig:
     # --- data -----------------------------------------------------------------------------------
     data: Optional[str] = field(default=None, metadata=opt(
-        "data", help="dataset root with train/ and val/ ImageFolder trees "
-                     "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
+        DATA, "data", help="dataset root with train/ and val/ ImageFolder trees "
+                           "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
     data_backend: str = field(default="pytorch", metadata=opt(
-        "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
+        DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
     dummy: bool = field(default=False, metadata=opt(
-        "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
+        DATA, "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
     workers: int = field(default=-1, metadata=opt(
-        "-j", "--workers", help="data loading workers per process (-1: derived from the cores)"))
+        DATA, "-j", "--workers",
+        help="data loading workers per process (-1: derived from the cores)"))
     image_size: int = field(default=224, metadata=opt(
-        "--image-size", help="train crop size; validation resizes to size/0.875 then center-crops"))
+        DATA, "--image-size",
+        help="train crop size; validation resizes to size/0.875 then center-crops"))
     synthetic_train_size: int = field(default=1_281_167, metadata=opt(
-        "--synthetic-train-size", help="images per epoch of the synthetic backend"))
+        DATA, "--synthetic-train-size", help="images per epoch of the synthetic backend"))
     synthetic_val_size: int = field(default=50_000, metadata=opt(
-        "--synthetic-val-size", help="validation images of the synthetic backend"))
+        DATA, "--synthetic-val-size", help="validation images of the synthetic backend"))
     synthetic_classes: int = field(default=1000, metadata=opt(
-        "--synthetic-classes", help="classes of the synthetic backend"))
+        DATA, "--synthetic-classes", help="classes of the synthetic backend"))
 
     # --- model ----------------------------------------------------------------------------------
     arch: str = field(default="resnet50", metadata=opt(
-        "-a", "--arch", help="torchvision model name, e.g. resnet18, resnet50"))
+        MODEL, "-a", "--arch", help="torchvision model name, e.g. resnet18, resnet50"))
     pretrained: Optional[str] = field(default=None, metadata=opt(
-        "--pretrained", help="path of a local weights file (state_dict) to start from"))
+        MODEL, "--pretrained", help="path of a local weights file (state_dict) to start from"))
     channels_last: bool = field(default=False, metadata=opt(
-        "--channels-last", help="use the channels_last memory format (faster on tensor cores)"))
+        MODEL, "--channels-last",
+        help="use the channels_last memory format (faster on tensor cores)"))
     compile: bool = field(default=False, metadata=opt(
-        "--compile", help="torch.compile the model"))
-    sync_bn: bool = field(default=False, metadata=opt(
-        "--sync-bn", help="synchronise BatchNorm statistics across processes (DDP only)"))
+        MODEL, "--compile", help="torch.compile the model", only=ENGINE_ENTRIES))
 
-    # --- optimisation ---------------------------------------------------------------------------
-    epochs: int = field(default=90, metadata=opt("--epochs", help="total epochs to run"))
-    start_epoch: int = field(default=0, metadata=opt(
-        "--start-epoch", help="manual epoch number (useful on restarts; --resume overrides it)"))
+    # --- optimization ---------------------------------------------------------------------------
+    epochs: int = field(default=90, metadata=opt(
+        OPTIMIZATION, "--epochs", help="total epochs to run"))
     batch_size: int = field(default=256, metadata=opt(
-        "-b", "--batch-size", help="mini-batch size PER PROCESS"))
+        OPTIMIZATION, "-b", "--batch-size", help="mini-batch size PER PROCESS"))
     lr: float = field(default=0.1, metadata=opt(
-        "--lr", "--learning-rate", help="learning rate for a global batch of 256; scaled "
-                                        "linearly by global batch / 256"))
+        OPTIMIZATION, "--lr", "--learning-rate",
+        help="learning rate for a global batch of 256; scaled linearly by global batch / 256"))
     no_lr_scaling: bool = field(default=False, metadata=opt(
-        "--no-lr-scaling", help="use --lr as is, without linear scaling by global batch"))
-    momentum: float = field(default=0.9, metadata=opt("--momentum", help="SGD momentum"))
+        OPTIMIZATION, "--no-lr-scaling",
+        help="use --lr as is, without linear scaling by global batch"))
+    momentum: float = field(default=0.9, metadata=opt(
+        OPTIMIZATION, "--momentum", help="SGD momentum"))
     weight_decay: float = field(default=1e-4, metadata=opt(
-        "--wd", "--weight-decay", help="weight decay"))
+        OPTIMIZATION, "--wd", "--weight-decay", help="weight decay"))
     label_smoothing: float = field(default=0.0, metadata=opt(
-        "--label-smoothing", help="label smoothing of the cross-entropy loss"))
+        OPTIMIZATION, "--label-smoothing", help="label smoothing of the cross-entropy loss"))
     lr_schedule: str = field(default="step", metadata=opt(
-        "--lr-schedule", help="step: /10 at --lr-steps epochs; cosine: to 0 at the last epoch",
+        OPTIMIZATION, "--lr-schedule",
+        help="step: /10 at --lr-steps epochs; cosine: to 0 at the last epoch",
         choices=LR_SCHEDULES))
     lr_steps: tuple = field(default=(30, 60, 80), metadata=opt(
-        "--lr-steps", help="epochs where the step schedule divides the lr by 10",
+        OPTIMIZATION, "--lr-steps", help="epochs where the step schedule divides the lr by 10",
         nargs="+", type=int))
     warmup_epochs: float = field(default=0.0, metadata=opt(
-        "--warmup-epochs", help="linear lr warm-up from 0 over this many epochs"))
+        OPTIMIZATION, "--warmup-epochs", help="linear lr warm-up from 0 over this many epochs"))
     grad_accum: int = field(default=1, metadata=opt(
-        "--grad-accum", "--batches-per-allreduce",
+        OPTIMIZATION, "--grad-accum", "--batches-per-allreduce",
         help="micro-batches accumulated per optimizer step (Horovod's name: batches per "
-             "all-reduce)"))
-    fp16_allreduce: bool = field(default=False, metadata=opt(
-        "--fp16-allreduce", help="Horovod: compress gradients to fp16 for the all-reduce"))
-    ddp_comm_hook: str = field(default="none", metadata=opt(
-        "--ddp-comm-hook", help="DDP: gradient communication hook (PyTorch built-ins): fp16 / "
-                                "bf16 compress gradients to half for the all-reduce, powersgd "
-                                "sends low-rank approximations with error feedback",
-        choices=DDP_COMM_HOOKS))
-    powersgd_rank: int = field(default=1, metadata=opt(
-        "--powersgd-rank", help="PowerSGD matrix approximation rank"))
-    powersgd_start_step: int = field(default=10, metadata=opt(
-        "--powersgd-start-step", help="PowerSGD: plain all-reduce for this many steps first "
-                                      "(PyTorch suggests about 10%% of training, at least 2)"))
+             "all-reduce)", only=ENGINE_ENTRIES))
     steps_per_epoch: int = field(default=0, metadata=opt(
-        "--steps-per-epoch", help="cap optimizer steps per epoch (0: the whole epoch); for "
-                                  "benchmarks and sweeps"))
-    worker_slowdown: Optional[str] = field(default=None, metadata=opt(
-        "--worker-slowdown", help="emulated heterogeneity: per-process step-time factors, "
-                                  "e.g. 1,1,3 (the third process sleeps 2x its compute time "
-                                  "after each step; default: all 1)"))
+        OPTIMIZATION, "--steps-per-epoch",
+        help="cap optimizer steps per epoch (0: the whole epoch); for benchmarks and sweeps"))
     desired_acc: Optional[float] = field(default=None, metadata=opt(
-        "--desired-acc", help="stop once validation top-1 (%%) reaches this value"))
-    seed: Optional[int] = field(default=None, metadata=opt(
-        "--seed", help="seed for initialisation, data order and augmentation (default: 0)"))
+        OPTIMIZATION, "--desired-acc", help="stop once validation top-1 (%%) reaches this value"))
+    seed: int = field(default=0, metadata=opt(
+        OPTIMIZATION, "--seed", help="seed of initialisation, data order and augmentation; "
+                                     "every run is seeded, and its log records the seed"))
+    deterministic: bool = field(default=False, metadata=opt(
+        OPTIMIZATION, "--deterministic", help="use deterministic algorithms (slower on GPU)"))
 
     # --- precision ------------------------------------------------------------------------------
     opt_level: str = field(default="O0", metadata=opt(
-        "--opt-level", help="apex-style mixed precision level on native torch.amp: O0 fp32, "
-                            "O1 autocast + dynamic loss scaling, O2 half model with fp32 master "
-                            "weights and fp32 BatchNorm, O3 pure half", choices=OPT_LEVELS))
+        PRECISION, "--opt-level",
+        help="apex-style mixed precision level on native torch.amp: O0 fp32, O1 autocast + "
+             "dynamic loss scaling, O2 half model with fp32 master weights and fp32 "
+             "BatchNorm, O3 pure half", choices=OPT_LEVELS, only=ENGINE_ENTRIES))
     amp_dtype: str = field(default="auto", metadata=opt(
-        "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
-        choices=("auto", "float16", "bfloat16")))
+        PRECISION, "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
+        choices=("auto", "float16", "bfloat16"), only=ENGINE_ENTRIES))
     loss_scale: Optional[str] = field(default=None, metadata=opt(
-        "--loss-scale", help="'dynamic' or a fixed number (apex's loss_scale). Default: the "
-                             "level's own, dynamic for O1/O2 with float16, none otherwise; "
-                             "refused with bfloat16, which needs none"))
+        PRECISION, "--loss-scale",
+        help="'dynamic' or a fixed number (apex's loss_scale). Default: the level's own, "
+             "dynamic for O1/O2 with float16, none otherwise; refused with bfloat16, which "
+             "needs none", only=ENGINE_ENTRIES))
     float64: bool = field(default=False, metadata=opt(
-        "--float64", help="run O0 in float64 (model, inputs, loss): slow, for checking that "
-                          "strategies compute exactly the same thing"))
+        PRECISION, "--float64", help="run O0 in float64 (model, inputs, loss): slow, for "
+                                     "checking that strategies compute exactly the same thing"))
 
-    # --- run, logging, checkpoints --------------------------------------------------------------
+    # --- distribution ---------------------------------------------------------------------------
     device: str = field(default="auto", metadata=opt(
-        "--device", help="auto (CUDA if present), cpu or cuda", choices=("auto", "cpu", "cuda")))
-    print_freq: int = field(default=10, metadata=opt(
-        "-p", "--print-freq", help="print and log every N optimizer steps"))
-    logdir: str = field(default="runs", metadata=opt(
-        "--logdir", help="parent folder of run dirs (TensorBoard, JSONL log, checkpoints)"))
-    run_name: Optional[str] = field(default=None, metadata=opt(
-        "--run-name", help="run dir name under --logdir (default: <script>-<arch>-<time>)"))
-    resume: Optional[str] = field(default=None, metadata=opt(
-        "--resume", help="checkpoint path, or 'auto' for the latest checkpoint of this run"))
-    evaluate: bool = field(default=False, metadata=opt(
-        "-e", "--evaluate", help="only evaluate the model (with --resume or --pretrained)"))
-    checkpoint_every: int = field(default=0, metadata=opt(
-        "--checkpoint-every", help="also checkpoint every N optimizer steps inside an epoch "
-                                   "(0: only at the end of each epoch)"))
+        DISTRIBUTION, "--device", help="auto (CUDA if present), cpu or cuda",
+        choices=("auto", "cpu", "cuda")))
+    sync_bn: bool = field(default=False, metadata=opt(
+        DISTRIBUTION, "--sync-bn", help="synchronise BatchNorm statistics across processes",
+        only=("ddp", "ddp_apex", "hvd"), elsewhere="one process has nothing to synchronise"))
+    ddp_comm_hook: str = field(default="none", metadata=opt(
+        DISTRIBUTION, "--ddp-comm-hook",
+        help="gradient communication hook (PyTorch built-ins): fp16 / bf16 compress gradients "
+             "to half for the all-reduce, powersgd sends low-rank approximations with error "
+             "feedback", choices=DDP_COMM_HOOKS, only=DDP_ENTRIES,
+        elsewhere="Horovod's counterpart is --fp16-allreduce"))
+    powersgd_rank: int = field(default=1, metadata=opt(
+        DISTRIBUTION, "--powersgd-rank", help="PowerSGD matrix approximation rank",
+        only=DDP_ENTRIES))
+    powersgd_start_step: int = field(default=10, metadata=opt(
+        DISTRIBUTION, "--powersgd-start-step",
+        help="PowerSGD: plain all-reduce for this many steps first (PyTorch suggests about "
+             "10%% of training, at least 2)", only=DDP_ENTRIES))
+    fp16_allreduce: bool = field(default=False, metadata=opt(
+        DISTRIBUTION, "--fp16-allreduce", help="compress gradients to fp16 for the all-reduce",
+        only=("hvd",), elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
+    worker_slowdown: Optional[str] = field(default=None, metadata=opt(
+        DISTRIBUTION, "--worker-slowdown",
+        help="emulated heterogeneity: per-process step-time factors, e.g. 1,1,3 (the third "
+             "process sleeps 2x its compute time after each step; default: all 1)",
+        only=MULTI_PROCESS))
     dist_timeout: float = field(default=600.0, metadata=opt(
-        "--dist-timeout", help="seconds a collective (or the process-group start) may wait for "
-                               "a peer before the run fails with an error naming the cause"))
-    deterministic: bool = field(default=False, metadata=opt(
-        "--deterministic", help="use deterministic algorithms (slower on GPU)"))
+        DISTRIBUTION, "--dist-timeout",
+        help="seconds a collective (or the process-group start) may wait for a peer before "
+             "the run fails with an error naming the cause", only=("ddp", "ddp_apex", "ps")))
+
+    # --- checkpointing --------------------------------------------------------------------------
+    resume: Optional[str] = field(default=None, metadata=opt(
+        CHECKPOINTING, "--resume",
+        help="start from a checkpoint file, or a run dir's newest checkpoint, in a new run "
+             "dir; 'auto': continue the newest run of this script and arch under --logdir "
+             "(or --run-name) in its own dir"))
+    start_epoch: int = field(default=0, metadata=opt(
+        CHECKPOINTING, "--start-epoch",
+        help="manual epoch number (useful on restarts; --resume overrides it)"))
+    checkpoint_every: int = field(default=0, metadata=opt(
+        CHECKPOINTING, "--checkpoint-every", help="also checkpoint every N optimizer steps "
+                                                  "inside an epoch (0: only at epoch ends)"))
+    evaluate: bool = field(default=False, metadata=opt(
+        CHECKPOINTING, "-e", "--evaluate",
+        help="only evaluate the model (with --resume or --pretrained)", only=ENGINE_ENTRIES,
+        elsewhere="the parameter server validates checkpoints with --evaluator RUN_DIR"))
+
+    # --- logging --------------------------------------------------------------------------------
+    print_freq: int = field(default=10, metadata=opt(
+        LOGGING, "-p", "--print-freq", help="print and log every N optimizer steps"))
+    logdir: str = field(default="runs", metadata=opt(
+        LOGGING, "--logdir",
+        help="parent folder of run dirs (TensorBoard, JSONL log, checkpoints)"))
+    run_name: Optional[str] = field(default=None, metadata=opt(
+        LOGGING, "--run-name", help="run dir name under --logdir (default: <script>-<arch>-<time>)"))
 
     # ---------------------------------------------------------------------------------------------
     @property
@@ -197,21 +241,30 @@ class TrainConfig:
 
 
 def build_parser(description: str = "", defaults: Optional[dict] = None,
-                 config_cls: type = TrainConfig) -> argparse.ArgumentParser:
+                 config_cls: type = TrainConfig, entry: Optional[str] = None
+                 ) -> argparse.ArgumentParser:
+    """The CLI of one entry script: its options in help groups. Options of other entries are
+    parsed (so that `parse_args` can say where they belong) but left out of -h."""
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    groups = {name: parser.add_argument_group(f"{name} options") for name in HELP_GROUPS}
     defaults = defaults or {}
     for f in dataclasses.fields(config_cls):
         meta = f.metadata
         default = defaults.get(f.name, f.default)
-        kwargs = dict(meta["argparse"], help=meta["help"] + f" (default: {default})")
+        shown = meta["only"] is None or entry is None or entry in meta["only"]
+        unset = default is None or default is False  # nothing worth printing
+        help_text = meta["help"] if unset else f"{meta['help']} (default: {default})"
+        kwargs = dict(meta["argparse"], help=help_text if shown else argparse.SUPPRESS)
         if f.type in ("bool",):
             kwargs["action"] = "store_true"
         elif "type" not in kwargs and "choices" not in kwargs:
             kwargs["type"] = _scalar_type(f.type)
         if meta["flags"][0].startswith("-"):
             kwargs["dest"] = f.name
-        parser.add_argument(*meta["flags"], default=default, **kwargs)
+        if meta["group"] not in groups:  # a subclass's own group (the parameter server's)
+            groups[meta["group"]] = parser.add_argument_group(f"{meta['group']} options")
+        groups[meta["group"]].add_argument(*meta["flags"], default=default, **kwargs)
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead. Accept both.
     parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
                         help=argparse.SUPPRESS)
@@ -222,16 +275,33 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
     return parser
 
 
+def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None:
+    """UsageError for an option set on the command line that this entry script does not
+    have, naming the scripts that do."""
+    from .registry import ENTRIES
+
+    for f in dataclasses.fields(config_cls):
+        only = f.metadata["only"]
+        if only is None or entry in only or ns[f.name] == f.default:
+            continue
+        scripts = ", ".join(ENTRIES[name].script for name in only)
+        hint = f"; {f.metadata['elsewhere']}" if f.metadata["elsewhere"] else ""
+        raise UsageError(f"{f.metadata['flags'][-1]} is an option of {scripts}, not of "
+                         f"{ENTRIES[entry].script}{hint}")
+
+
 def _scalar_type(annotation: str):
     base = annotation.replace("Optional[", "").rstrip("]")
     return {"int": int, "float": float, "str": str}[base]
 
 
 def parse_args(argv: Optional[list] = None, description: str = "",
-               defaults: Optional[dict] = None, config_cls: type = TrainConfig) -> TrainConfig:
-    """Parse and validate the command line; raises UsageError on bad input. A subclass of
-    TrainConfig adds its own fields (and checks, in its `validate_extra`)."""
-    parser = build_parser(description, defaults, config_cls)
+               defaults: Optional[dict] = None, config_cls: type = TrainConfig,
+               entry: Optional[str] = None) -> TrainConfig:
+    """Parse and validate the command line of `entry` (a registry name; None: every option
+    is accepted); raises UsageError on bad input. A subclass of TrainConfig adds its own
+    fields (and checks, in its `validate_extra`)."""
+    parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
     apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
@@ -252,6 +322,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
             "one process per GPU with torchrun, e.g. torchrun --nproc_per_node=4 train/ddp.py "
             "...; multi-node: add --nnodes, --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT "
             "(see README, Multi-node)")
+    if entry is not None:
+        refuse_other_entries_options(ns, config_cls, entry)
     ns["lr_steps"] = tuple(ns["lr_steps"])
     cfg = config_cls(**ns)
     validate(cfg)

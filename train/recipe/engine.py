@@ -5,7 +5,6 @@ It knows nothing about how the work is distributed or at which precision it runs
 """
 from __future__ import annotations
 
-import datetime
 import signal
 import sys
 import time
@@ -19,6 +18,7 @@ from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
+from .progress import RunClock, duration
 from .registry import ENTRIES
 from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
@@ -33,6 +33,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, strategy, entry: str):
         self.cfg, self.strategy, self.entry = cfg, strategy, entry
         self.epoch, self.step, self.best_top1 = cfg.start_epoch, 0, 0.0
+        self.samples_seen = 0  # training samples of the run so far, all processes
         self.resume_epoch_step = 0  # optimizer steps of self.epoch already done (mid-epoch resume)
         self.stop_signal = None  # set by SIGTERM / SIGUSR1 (preemption warning)
         self.log = RunLog(None, enabled=False)
@@ -43,7 +44,7 @@ class Trainer:
         self.device = strategy.setup_environment()
         self.precision = strategy.precision
         self.slowdown = cfg.slowdowns(strategy.world_size)[strategy.rank]
-        self.seed = cfg.seed if cfg.seed is not None else 0
+        self.seed = cfg.seed
         torch.manual_seed(self.seed)  # same initial weights on every rank
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -86,10 +87,17 @@ class Trainer:
     def _restore(self, state: dict) -> None:
         self.strategy.load_module_state_dict(state["model"])
         if self.cfg.evaluate:
+            # Named as the training run named them: an end-of-epoch checkpoint holds the epoch
+            # to run next, its weights are those of the epoch before.
+            self.epoch = max(0, state["epoch"] - (0 if state.get("epoch_step") else 1))
+            self.step = state.get("step", 0)
+            self.samples_seen = state.get("samples_seen", 0)
             return
         self.strategy.load_optimizer_state_dict(self.optimizer, state["optimizer"])
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
+        # older checkpoints: counted in this run's global batch
+        self.samples_seen = state.get("samples_seen", self.step * self.global_batch)
         self.resume_epoch_step = self._resume_step_in_epoch(state)
         set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         self.best_top1 = state.get("best_top1", 0.0)
@@ -138,11 +146,21 @@ class Trainer:
             steps_per_epoch=self.steps_per_epoch,
             train_samples_per_rank=self.train_loader.num_samples, device=str(self.device))
         self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
-                       f"device {self.device}, {self.precision.describe()}, global batch "
-                       f"{self.global_batch}, lr {self.lr:.4g}; logging to {self.run_dir}")
-        if resume_state:
+                       f"device {self.device}, {self._precision_text()}, global batch "
+                       f"{self.global_batch}, lr {self.lr:.4g}, seed {cfg.seed}; logging to "
+                       f"{self.run_dir}")
+        if resume_state and cfg.evaluate:
+            self.log.print(f"=> evaluating {resume_state['path']}: the weights of epoch "
+                           f"{self.epoch} (step {self.step})")
+        elif resume_state:
             self.log.print(f"=> resumed from {resume_state['path']} at epoch {self.epoch}, "
                            f"step {self.step}")
+
+    def _precision_text(self) -> str:
+        described = self.precision.describe()
+        scaling = described["loss_scaling"]
+        return f"{described['opt_level']} {described['dtype']}" + (
+            "" if scaling == "none" else f" with {scaling} loss scaling")
 
     # === the loop ================================================================================
     def fit(self) -> None:
@@ -150,6 +168,8 @@ class Trainer:
             self.validate()
             return
         reason = "finished"
+        self.clock = RunClock(total=self.cfg.epochs * self.steps_per_epoch)
+        self.clock.start(done=self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         for self.epoch in range(self.epoch, self.cfg.epochs):
             self.train_one_epoch()
             val = self.validate()
@@ -160,7 +180,8 @@ class Trainer:
                 reason = f"reached --desired-acc {self.cfg.desired_acc}"
                 self.log.print(f"=> stopping: {reason}")
                 break
-        lifecycle.write_end_record(self.log, self.epoch, self.step, self.best_top1, reason)
+        lifecycle.write_end_record(self.log, self.epoch, self.step, self.best_top1, reason,
+                                   samples_seen=self.samples_seen)
 
     def train_one_epoch(self) -> None:
         cfg, strategy = self.cfg, self.strategy
@@ -197,7 +218,8 @@ class Trainer:
         epoch_time = time.perf_counter() - epoch_start
         stats = summarize(epoch_sums)
         img_s = stats["count"] / epoch_time
-        self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
+        self.log.write("train_epoch", epoch=self.epoch, step=self.step,
+                       samples_seen=self.samples_seen, **stats,
                        img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
                        epoch_time=epoch_time, skipped=self._skipped(self.train_loader))
         self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
@@ -226,6 +248,7 @@ class Trainer:
         self.optimizer.zero_grad()
         self.scheduler.step()
         self.step += 1
+        self.samples_seen += self.global_batch
         return data_time
 
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
@@ -234,8 +257,10 @@ class Trainer:
         img_s = stats["count"] / seconds
         step_time = seconds / steps
         lr = self.optimizer.param_groups[0]["lr"]
-        eta = datetime.timedelta(seconds=int(step_time * (self.steps_per_epoch - done)))
+        epoch_eta = duration(step_time * (self.steps_per_epoch - done))
+        run_eta = self.clock.eta(done=self.epoch * self.steps_per_epoch + done)
         self.log.write("train", epoch=self.epoch, step=self.step, epoch_step=done,
+                       samples_seen=self.samples_seen,
                        steps_per_epoch=self.steps_per_epoch, **stats, lr=lr, img_s=img_s,
                        img_s_per_proc=img_s / self.strategy.world_size,
                        data_time=data_time / steps, step_time=step_time,
@@ -245,16 +270,20 @@ class Trainer:
             f"Epoch [{self.epoch}][{done:>{width}}/{self.steps_per_epoch}]  "
             f"loss {stats['loss']:.4f}  top1 {stats['top1']:6.2f}  top5 {stats['top5']:6.2f}  "
             f"lr {lr:.4g}  img/s {img_s:.1f} ({img_s / self.strategy.world_size:.1f}/proc)  "
-            f"data {data_time / steps:.3f}s  step {step_time:.3f}s  ETA {eta}")
+            f"data {data_time / steps:.3f}s  step {step_time:.3f}s  ETA epoch {epoch_eta}, "
+            f"run {run_eta}")
 
     def validate(self) -> Dict[str, float]:
         stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
                          self.criterion, self.precision, self.strategy.all_reduce_sum)
-        self.log.write("val", epoch=self.epoch, step=self.step, **stats,
+        self.log.write("val", epoch=self.epoch, step=self.step,
+                       samples_seen=self.samples_seen, **stats,
                        skipped=self._skipped(self.val_loader))
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
-                       f"({stats['count']} images, {stats['seconds']:.1f}s)")
+                       f"({stats['count']} images, {stats['seconds']:.1f}s)" + (
+                           "" if self.cfg.evaluate else
+                           f"  best top1 {max(self.best_top1, stats['top1']):.3f}"))
         return stats
 
     def _sum_over_ranks(self, value: float) -> float:
@@ -304,7 +333,7 @@ class Trainer:
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
             "epoch_step": epoch_step or 0, "epoch_samples": (epoch_step or 0) * self.global_batch,
-            "step": self.step, "best_top1": self.best_top1,
+            "step": self.step, "samples_seen": self.samples_seen, "best_top1": self.best_top1,
             "model": model_state, "optimizer": optimizer_state,
             "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
@@ -322,6 +351,7 @@ class Trainer:
                 loader.close()
         self.log.close()
         if teardown:
+            self.model = None  # the strategy frees the wrapper before leaving the group
             self.strategy.teardown()
 
 
@@ -330,7 +360,7 @@ def run(strategy_class, entry: str, description: str = "", argv: Optional[list] 
     `entry` names the script in the registry (recipe/registry.py), which holds its defaults."""
     trainer = strategy = None
     try:
-        cfg = parse_args(argv, description, ENTRIES[entry].defaults)
+        cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
         strategy = strategy_class.from_config(cfg)
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()
@@ -345,7 +375,8 @@ def run(strategy_class, entry: str, description: str = "", argv: Optional[list] 
         sys.exit(lifecycle.EXIT_FAILED)
     except Preempted as stop:
         lifecycle.write_end_record(trainer.log, trainer.epoch, trainer.step,
-                                   trainer.best_top1, f"preempted by {stop}")
+                                   trainer.best_top1, f"preempted by {stop}",
+                                   samples_seen=trainer.samples_seen)
         # Nobody leaves before rank 0 has written all of it: a launcher may kill the group as
         # soon as one rank exits (horovodrun does, after 5 s).
         trainer.strategy.barrier()

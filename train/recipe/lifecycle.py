@@ -6,7 +6,8 @@ continues from, the records that open and close its log, and the exit status it 
         model_best.pth
 
 `--resume auto` continues the newest run of the same entry and arch (or exactly --run-name) in
-its own directory; `--resume PATH` starts a new run from that checkpoint's state.
+its own directory; `--resume PATH` starts a new run from that checkpoint's state (PATH a
+checkpoint file, or a run dir: its newest valid checkpoint).
 """
 from __future__ import annotations
 
@@ -38,7 +39,14 @@ def find_resume_state(cfg, prefix: str, broadcast: Callable[[Any], Any] = _same,
         return None
     if cfg.resume != "auto":
         path = Path(cfg.resume)
-        return {**checkpoint.load(path), "path": path}
+        if not path.is_dir():
+            return {**checkpoint.load(path), "path": path}
+        state = checkpoint.load_newest_valid(path)  # a run dir: its newest valid checkpoint
+        if state is None:
+            raise UsageError(f"--resume {path}: that folder has no {checkpoint.LATEST} (nor "
+                             f"{checkpoint.PREVIOUS}); give a run dir that holds one, or the "
+                             "checkpoint file itself")
+        return state
     logdir = Path(cfg.logdir)
     # With --run-name, that run only: never continue some other experiment.
     run_dir = logdir / cfg.run_name if cfg.run_name else checkpoint.find_latest_run(logdir, prefix)

@@ -28,8 +28,18 @@ Parameter-server runs also write:
                  seconds, bytes_pushed, bytes_pulled (cumulative), local_steps (esync),
                  staleness and staleness_max (async), over one print interval
   kind="worker_lost"  worker, step, reason, live_workers
-TensorBoard tags mirror them (TB_SCALARS below): train/loss, train/top1, ..., epoch/...,
-val/..., worker<N>/....
+Records that TensorBoard shows also carry `samples_seen`: training samples of the whole run
+so far (all processes), whatever the world size or batch.
+
+TensorBoard (the same run dir), written from these records by `RunLog.write`:
+  scalars  x-axis = samples_seen, so runs of any world size overlay. Tags (TB_SCALARS below):
+           eval/loss, eval/top1, eval/top5, eval/img_s (validation; sorts first),
+           train/... (each print interval, plus train/step, the optimizer step),
+           train_epoch/... (each epoch), final/best_top1 (at the end), worker<N>/... (PS)
+  text     run/config (listed as run/config/text_summary): the run record, config included,
+           as JSON
+  hparams  the resolved config (one session per run), with eval/top1, eval/loss and
+           final/best_top1 as its metrics
 """
 from __future__ import annotations
 
@@ -47,11 +57,13 @@ import torch
 from .machine import cpu_model
 
 # Which JSONL fields become TensorBoard scalars, per record kind, and under which tag prefix.
+# TensorBoard sorts groups by name: validation is "eval" so that it comes first.
 TB_SCALARS = {
+    "val": ("eval", ("loss", "top1", "top5", "img_s")),
     "train": ("train", ("loss", "top1", "top5", "lr", "img_s", "img_s_per_proc", "data_time",
-                        "step_time", "loss_scale")),
-    "train_epoch": ("epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),
-    "val": ("val", ("loss", "top1", "top5", "img_s")),
+                        "step_time", "loss_scale", "step")),
+    "train_epoch": ("train_epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),
+    "end": ("final", ("best_top1",)),
     # parameter server: one tag prefix per worker (worker1/compute_time, ...)
     "worker": ("worker{worker}", ("compute_time", "comm_time", "wait_time", "bytes_pushed",
                                   "bytes_pulled", "local_steps", "staleness")),
@@ -97,21 +109,43 @@ class RunLog:
             now = time.time()
             record = {"kind": kind, "time": now, "elapsed": now - self.t0, **fields}
             self._jsonl.write(json.dumps(record, default=str) + "\n")
+            if kind == "run":
+                self._describe_run(record)
             if kind in TB_SCALARS:
                 prefix, names = TB_SCALARS[kind]
                 prefix = prefix.format(**fields)
-                step = fields["step"]
                 for name in names:
                     if fields.get(name) is not None:
-                        self._tb.add_scalar(f"{prefix}/{name}", fields[name], step)
+                        self._tb.add_scalar(f"{prefix}/{name}", fields[name],
+                                            fields["samples_seen"], walltime=now)
+            if kind == "end":
+                self._tb.flush()
+
+    def _describe_run(self, record: dict) -> None:
+        """The run's config in TensorBoard: as text, and as an hparams session whose metrics
+        are the eval and final scalars (the HPARAMS tab then compares runs side by side)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        self._tb.add_text("run/config", "```\n" + json.dumps(record, indent=2, default=str)
+                          + "\n```")
+        config = {**record["config"], "entry": record["entry"],
+                  "world_size": record.get("world_size"),
+                  "global_batch": record.get("global_batch"),
+                  **{f"precision.{k}": v for k, v in (record.get("precision") or {}).items()}}
+        values = {k: v if isinstance(v, (bool, int, float, str)) else str(v)
+                  for k, v in config.items()}
+        metrics = dict.fromkeys(("eval/top1", "eval/loss", "final/best_top1"), 0.0)
+        for summary in hparams(values, metrics):
+            self._tb.file_writer.add_summary(summary)
 
     def restart_clock(self) -> None:
         """Count `elapsed` from now (the parameter server: from the moment all workers are in)."""
         self.t0 = time.time()
 
     def print(self, message: str) -> None:
+        """A progress line on the main rank, timestamped (batch-system logs have no clock)."""
         if self.enabled:
-            print(message, flush=True)
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {message}", flush=True)
 
     def close(self) -> None:
         with self._lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import os
 import socket
 from typing import Any, List, Optional, Tuple
@@ -47,9 +48,6 @@ class Strategy:
 
     name = "nd"
     rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
-    # Strategy-specific options (config fields) this class honours; the others are refused
-    # with a pointer to the strategy that has them.
-    accepts: tuple = ()
 
     def __init__(self, precision: Optional[Precision] = None, *, device: str = "auto",
                  channels_last: bool = False, compile: bool = False):
@@ -58,20 +56,12 @@ class Strategy:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Strategy":
-        """The strategy with the options of `cfg` it understands; UsageError for those it
-        cannot honour."""
+        """The strategy with the options of `cfg` it understands (config.parse_args has
+        refused the options of other entry scripts)."""
         return cls(Precision.from_config(cfg), **cls.options_from(cfg))
 
     @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
-        if cfg.fp16_allreduce and "fp16_allreduce" not in cls.accepts:
-            raise UsageError("--fp16-allreduce is Horovod's gradient compression (train/hvd.py); "
-                             "DDP's counterpart is --ddp-comm-hook fp16")
-        if cfg.ddp_comm_hook != "none" and "ddp_comm_hook" not in cls.accepts:
-            raise UsageError(f"--ddp-comm-hook is a DDP option; the {cls.name} strategy has no "
-                             "DDP gradient all-reduce to hook")
-        if cfg.sync_bn and "sync_bn" not in cls.accepts:
-            print(f"note: --sync-bn has no effect with the {cls.name} strategy (one process)")
         return dict(device=cfg.device, channels_last=cfg.channels_last, compile=cfg.compile)
 
     # --- environment -----------------------------------------------------------------------------
@@ -290,7 +280,6 @@ class DDPStrategy(Strategy):
     """One process per device; gradients all-reduced in buckets, overlapped with backward."""
 
     name = "ddp"
-    accepts = ("ddp_comm_hook", "sync_bn")
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  comm_hook: str = "none", powersgd_rank: int = 1, powersgd_start_step: int = 10,
@@ -305,7 +294,7 @@ class DDPStrategy(Strategy):
         return dict(super().options_from(cfg), sync_bn=cfg.sync_bn, comm_hook=cfg.ddp_comm_hook,
                     powersgd_rank=cfg.powersgd_rank,
                     powersgd_start_step=cfg.powersgd_start_step,
-                    seed=cfg.seed if cfg.seed is not None else 0, dist_timeout=cfg.dist_timeout)
+                    seed=cfg.seed, dist_timeout=cfg.dist_timeout)
 
     def setup_environment(self) -> torch.device:
         # DDP: torchrun (or srun + env) tells each process who it is.
@@ -415,6 +404,13 @@ class DDPStrategy(Strategy):
                 "(torchrun --max-restarts=K does that automatically).")
 
     def teardown(self) -> None:
+        # DDP's reducer holds the process group too, and destroy_process_group only drops
+        # torch.distributed's own references. A group still alive when the interpreter exits
+        # is destroyed during its shutdown, where gloo aborts the process now and then
+        # ("terminate called without an active exception"). So: wrapper first, then group.
+        # (The trainer has dropped its reference to the wrapper before calling this.)
+        self._ddp = self.model = None
+        gc.collect()
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -456,7 +452,6 @@ class HorovodStrategy(Strategy):
     DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
 
     name = "hvd"
-    accepts = ("fp16_allreduce", "sync_bn")
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  fp16_allreduce: bool = False, backward_passes_per_step: int = 1, **common):

@@ -108,7 +108,7 @@ class DaliLoader:
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
-        self.seed = cfg.seed or 0
+        self.seed = cfg.seed
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
                                       seed=self.seed)
         self.channels_last = cfg.channels_last

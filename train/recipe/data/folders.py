@@ -83,21 +83,36 @@ def val_transform(image_size: int):
                        v2.CenterCrop(image_size)])
 
 
+IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+PREPARE_VAL = "data/prepare_imagenet_val.py"
+
+
 def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolderUint8:
     if not root.is_dir():
-        raise UsageError(f"{root} does not exist: the dataset needs train/ and val/ folders of "
-                         "class sub-folders (see data/prepare_imagenet_val.py)")
+        raise UsageError(f"{root} is missing: the dataset folder needs train/ and val/, each "
+                         "with one sub-folder of images per class (ImageNet's layout)")
+    loose = [p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+    if loose:
+        # The most common ImageNet mistake: ILSVRC2012_img_val.tar extracts flat.
+        raise UsageError(
+            f"{root} holds {len(loose)} images directly (e.g. {sorted(loose)[0]}) instead of one "
+            "sub-folder per class; ImageNet's validation archive extracts like this. Sort them "
+            f"into class folders with: python {PREPARE_VAL} {root} --labels <devkit, "
+            "LOC_val_solution.csv or a labels file> (see its --help)")
     try:
         return ImageFolderUint8(str(root), transform, replace_unreadable)
     except (FileNotFoundError, RuntimeError) as err:
         raise UsageError(f"{root}: {err}. Expected one sub-folder per class holding images "
-                         "(e.g. make one with: python data/make_synthetic.py DIR)") from None
+                         "(a small example: python data/make_synthetic.py DIR)") from None
 
 
 def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]:
     """The train/ and val/ ImageFolders of --data, checked: both exist, no class folder is
     empty, and both have the same classes (so label i means the same class in both)."""
     root = Path(cfg.data)
+    if root.is_file():
+        raise UsageError(f"data folder {root} is a file, not a folder: pass the folder that "
+                         "holds train/ and val/ (extract an archive first)")
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
     train_set = _image_folder(root / "train", train_transform(cfg.image_size), True)

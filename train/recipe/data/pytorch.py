@@ -112,7 +112,7 @@ def default_workers(local_world: int) -> int:
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     train_set, val_set = image_folders(cfg)
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
-    seed = cfg.seed or 0
+    seed = cfg.seed
     shield = StopSignalShield()
 
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:

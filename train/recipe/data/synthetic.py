@@ -43,7 +43,7 @@ class SyntheticLoader:
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     common = dict(batch_size=cfg.batch_size, num_classes=cfg.synthetic_classes,
                   image_size=cfg.image_size, rank=shard.rank, world=shard.world_size,
-                  device=device, channels_last=cfg.channels_last, seed=cfg.seed or 0)
+                  device=device, channels_last=cfg.channels_last, seed=cfg.seed)
     return (SyntheticLoader(cfg.synthetic_train_size, train=True, **common),
             SyntheticLoader(cfg.synthetic_val_size, train=False, **common),
             cfg.synthetic_classes)

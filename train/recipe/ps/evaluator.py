@@ -92,6 +92,7 @@ def watch(cfg) -> None:
                     model.load_state_dict(state["model"])
                     stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss(), Precision())
                     log.write("val", epoch=state["epoch"], step=state["step"],
+                              samples_seen=state.get("samples", 0),
                               checkpoint=str(state["path"]), **stats)
                     log.print(f" * Evaluated {state['path'].name} (epoch {state['epoch']}, step "
                               f"{state['step']}): top1 {stats['top1']:.3f}  top5 "

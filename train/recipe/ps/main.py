@@ -76,7 +76,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
               f"(slowdown {slowdowns}, split "
-              f"{cfg.split}), batch {cfg.batch_size} per worker; logging to {run_dir}")
+              f"{cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
+              f"{run_dir}")
     server.failure_monitor().start()
     server.finished.wait()
     failed = server.failure is not None
@@ -90,7 +91,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
             server.write_final_checkpoint()
         reason = f"failed: {server.failure}" if failed else server.stop_reason
         lifecycle.write_end_record(log, server.epoch, server.step, server.best_top1, reason,
-                                   lost_workers=server.lost)
+                                   samples_seen=server.samples, lost_workers=server.lost)
         if failed:
             print(f"error: parameter server: {server.failure}", file=sys.stderr, flush=True)
     finally:
@@ -140,7 +141,8 @@ def _shutdown(graceful: bool) -> None:
 
 def main(argv: Optional[list] = None, description: str = "") -> None:
     try:
-        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=PSConfig)
+        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=PSConfig,
+                         entry=ENTRY)
         if cfg.evaluator:
             evaluator.watch(cfg)
             return

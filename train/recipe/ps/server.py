@@ -21,11 +21,12 @@ import torch.nn as nn
 
 from .. import checkpoint
 from ..metrics import summarize
-from ..schedule import LrMultiplier
-from ..runlog import RunLog
-from . import wire
 from ..precision import Precision
+from ..progress import RunClock
+from ..runlog import RunLog
+from ..schedule import LrMultiplier
 from ..validation import evaluate
+from . import wire
 from .evaluator import BackgroundJobs
 from .monitor import PROBE_AFTER_S, FailureMonitor
 from .state_service import EsyncStateService
@@ -152,6 +153,8 @@ class ParameterServer:
             self._epoch_metrics = {k: 0.0 for k in self._interval.metrics}
             self.log.restart_clock()
             self._train_t0 = time.monotonic()
+            self.clock = RunClock(total=self.cfg.epochs * self.samples_per_epoch)
+            self.clock.start(done=self.samples)
             reply = self._reply(epoch_samples=self._resume_position)
             futures, self._register_futures = self._register_futures, []
         for f in futures:
@@ -284,7 +287,8 @@ class ParameterServer:
         stats = summarize(iv.metrics)
         img_s = stats["count"] / seconds
         lr = self.base_lr * self._lr_multiplier()
-        self.log.write("train", epoch=self.epoch, step=self.step, mode=self.mode, **stats,
+        self.log.write("train", epoch=self.epoch, step=self.step, samples_seen=self.samples,
+                       mode=self.mode, **stats,
                        lr=lr, img_s=img_s, img_s_per_proc=img_s / len(self.live),
                        step_time=seconds / iv.updates, live_workers=len(self.live),
                        data_time=_mean(iv.per_worker, "data_time", "steps"))
@@ -293,7 +297,8 @@ class ParameterServer:
                 continue
             pushes = max(sums["pushes"], 1)
             self.log.write(
-                "worker", worker=w, step=self.step, samples=int(sums["count"]),
+                "worker", worker=w, step=self.step, samples_seen=self.samples,
+                samples=int(sums["count"]),
                 steps=int(sums["steps"]), compute_time=sums["compute_time"],
                 comm_time=sums["comm_time"], wait_time=sums["wait_time"],
                 data_time=sums["data_time"], seconds=seconds,
@@ -303,14 +308,16 @@ class ParameterServer:
                 staleness_max=sums["staleness_max"] if self.mode == "async" else None)
         self.log.print(
             f"Epoch [{self.epoch}] step {self.step:>5}  loss {stats['loss']:.4f}  top1 "
-            f"{stats['top1']:6.2f}  lr {lr:.4g}  img/s {img_s:.1f}  " + "  ".join(
+            f"{stats['top1']:6.2f}  lr {lr:.4g}  img/s {img_s:.1f}  ETA run "
+            f"{self.clock.eta(done=self.samples)}  " + "  ".join(
                 f"w{w}:{_worker_summary(self.mode, s)}" for w, s in iv.per_worker.items() if s))
 
     def _end_epoch(self) -> None:
         self._log_interval()
         started, now = self._epoch_started, time.perf_counter()
         stats = summarize(self._epoch_metrics)
-        self.log.write("train_epoch", epoch=self.epoch, step=self.step, **stats,
+        self.log.write("train_epoch", epoch=self.epoch, step=self.step,
+                       samples_seen=self.samples, **stats,
                        img_s=stats["count"] / (now - started),
                        img_s_per_proc=stats["count"] / (now - started) / len(self.live),
                        epoch_time=now - started, skipped=0)
@@ -349,9 +356,9 @@ class ParameterServer:
 
     def _submit_eval(self, checkpoint_after: bool) -> None:
         state = self._snapshot_state()
-        epoch, step = self.epoch, self.step
+        epoch = self.epoch
         taken = time.monotonic() - self._train_t0
-        self.jobs.submit(lambda: self._evaluate(state, epoch, step, taken, checkpoint_after))
+        self.jobs.submit(lambda: self._evaluate(state, epoch, taken, checkpoint_after))
 
     def _submit_checkpoint(self, is_best: bool) -> None:
         state = self._snapshot_state()
@@ -361,8 +368,7 @@ class ParameterServer:
         """After a stop signal, once every worker has left: the model as it is now."""
         self._write_checkpoint(self._snapshot_state(), is_best=False)
 
-    def _evaluate(self, state: dict, epoch: int, step: int, taken: float,
-                  checkpoint_after: bool) -> None:
+    def _evaluate(self, state: dict, epoch: int, taken: float, checkpoint_after: bool) -> None:
         if self._eval_model is None:
             from ..models import build_model
             self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
@@ -372,10 +378,12 @@ class ParameterServer:
                          nn.CrossEntropyLoss(), Precision())
         is_best = stats["top1"] > self.best_top1
         self.best_top1 = max(self.best_top1, stats["top1"])
-        self.log.write("val", epoch=epoch, step=step, train_elapsed=taken, **stats, skipped=0)
+        step = state["step"]
+        self.log.write("val", epoch=epoch, step=step, samples_seen=state["samples"],
+                       train_elapsed=taken, **stats, skipped=0)
         self.log.print(f" * Val epoch {epoch} step {step}: loss {stats['loss']:.4f}  top1 "
                        f"{stats['top1']:.3f}  top5 {stats['top5']:.3f}  ({stats['count']} "
-                       f"images, {stats['seconds']:.1f}s)")
+                       f"images, {stats['seconds']:.1f}s)  best top1 {self.best_top1:.3f}")
         if checkpoint_after:
             self._write_checkpoint(state, is_best)
         if self.cfg.desired_acc is not None and stats["top1"] >= self.cfg.desired_acc:
