@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, NamedTuple, NoReturn, Optional, Sequence
@@ -194,13 +193,4 @@ def machine(gpu: bool = False) -> str:
 
 
 def git_commit() -> str:
-    """The short commit of the repository, marked when the working tree differs from it."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, text=True, capture_output=True,
-                              check=True).stdout.strip()
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{commit} (plus uncommitted changes)" if dirty else commit
+    return recipe_module("machine").git_commit()

@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    # No software version in the file: the same logs give the same bytes (RESULTS.md's
+    # figures are checked for that).
+    fig.savefig(path, dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     print(f"wrote {path}")

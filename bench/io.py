@@ -166,12 +166,17 @@ def table(results: dict, args, n_images: int, hardware: str) -> str:
 
 
 def plot(results: dict, path: Path, title: str) -> None:
+    import matplotlib.patches
+
     from bench.figure import plt, save_figure
 
     names = list(results)
     rates = [results[n]["img_s"] for n in names]
-    colors = ["#999999" if n.startswith("decode") else "#4477aa" if "DALI" not in n
-              else "#76b900" for n in names]
+    kinds = {"decode only (the ceiling: no crop, resize or batching)": "#999999",
+             "PyTorch DataLoader": "#4477aa", "NVIDIA DALI": "#76b900"}
+    colors = [kinds["decode only (the ceiling: no crop, resize or batching)"]
+              if n.startswith("decode") else kinds["PyTorch DataLoader"] if "DALI" not in n
+              else kinds["NVIDIA DALI"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
     bars = ax.barh(names[::-1], rates[::-1], color=colors[::-1])
     for bar, rate in zip(bars, rates[::-1]):
@@ -180,6 +185,8 @@ def plot(results: dict, path: Path, title: str) -> None:
     ax.set_xlabel("images / s (higher is better)")
     ax.set_title(title, fontsize=9)
     ax.set_xlim(0, max(rates) * 1.15)
+    ax.legend(handles=[matplotlib.patches.Patch(color=c, label=k) for k, c in kinds.items()
+                       if c in colors], fontsize=7, loc="lower right")
     save_figure(fig, path, dpi=120)
 
 

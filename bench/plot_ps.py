@@ -118,7 +118,7 @@ def draw(bench_dir: Path, figures: Path, target: Optional[float]) -> List[Path]:
            title="PS workers: comm / (comm + compute + wait) (number = comm ratio); DDP: not "
                  "measured")
     ax.title.set_fontsize(9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     fig.suptitle(title, fontsize=7)
     save_figure(fig, out[3])
     return out

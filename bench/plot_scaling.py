@@ -20,7 +20,7 @@ from bench.sweep_stats import IMAGENET_TRAIN_IMAGES, Run, analyze, curve_points,
     describe_hardware, load_run, load_sweep
 
 FIGURES = ("scaling_throughput.png", "scaling_efficiency.png", "scaling_epoch_time.png",
-           "scaling_comm_share.png", "scaling_curves.png")
+           "scaling_comm_share.png", "scaling_curves.png", "scaling_top1_vs_time.png")
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -40,28 +40,38 @@ def _family_color(family: str) -> str:
 
 
 def plot_throughput(rows: List[dict], title: str, path: Path) -> None:
+    """img/s against the processes each strategy used, one line per strategy (and variant);
+    the bars span the lowest and highest of the repeats, the point is their median."""
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     labels = list(dict.fromkeys(r["label"] for r in rows))
     for label in labels:
         mine = [r for r in rows if r["label"] == label and r["img_s"]]
         base = next((r for r in rows if r["family"] == mine[0]["family"] and r["workers"] == 1
                      and not r["variant"] and r["img_s"]), None) if mine else None
-        points = sorted({r["workers"]: r["img_s"] for r in mine + ([base] if base else [])
-                         }.items())
+        points = sorted({r["processes"]: r for r in mine + ([base] if base else [])}.values(),
+                        key=lambda r: r["processes"])
         if not points:
             continue
-        xs, ys = zip(*points)
+        xs = [r["processes"] for r in points]
+        ys = [r["img_s"] for r in points]
+        spread = [[r["img_s"] - r["img_s_low"] for r in points],
+                  [r["img_s_high"] - r["img_s"] for r in points]]
         color = _family_color(mine[0]["family"])
-        ax.plot(xs, ys, "s--" if mine[0]["variant"] else "o-", color=color, label=label)
-        if base and mine[0]["variant"] == "" and max(xs) > 1:  # ideal: N x the 1-worker rate
-            ax.plot(xs, [base["img_s"] * x for x in xs], ":", color=color, alpha=0.7)
-    ax.plot([], [], "k:", label="ideal linear (N x own 1-worker img/s)")
-    workers = sorted({r["workers"] for r in rows})
-    ax.set_xticks(workers)
-    ax.set(xlabel="workers N (PS: + 1 server process)", ylabel="img/s (all workers)",
-           title="Throughput vs workers (weak scaling, median of steady intervals)")
+        ax.errorbar(xs, ys, yerr=spread, fmt="s--" if mine[0]["variant"] else "o-",
+                    color=color, capsize=4, markerfacecolor="none", label=label)
+        if base and mine[0]["variant"] == "" and len(xs) > 1:  # ideal: N x the 1-worker rate
+            ax.plot(xs, [base["img_s"] * r["workers"] for r in points], ":", color=color,
+                    alpha=0.7)
+    ax.plot([], [], "k:", label="ideal linear (N workers x own 1-worker img/s)")
+    ax.set_xticks(sorted({r["processes"] for r in rows}))
+    repeats = sorted({r["repeats"] for r in rows if r["repeats"]})
+    ax.set(xlabel="processes (parameter server: workers + 1 server process)",
+           ylabel="img/s (all workers)",
+           title=f"Throughput vs processes (median of {'/'.join(map(str, repeats))} repeats; "
+                 "bars: lowest to highest)")
+    ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=8)
     save_figure(fig, path)
 
@@ -87,11 +97,20 @@ def plot_efficiency(rows: List[dict], title: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.6))
     if multi:
         _bars(ax, multi, "efficiency")
+        # the repeats' spread, against the 1-worker median
+        low = [r["efficiency"] * r["img_s_low"] / r["img_s"] for r in multi]
+        high = [r["efficiency"] * r["img_s_high"] / r["img_s"] for r in multi]
+        ax.errorbar(range(len(multi)), [r["efficiency"] for r in multi],
+                    yerr=[[e - lo for e, lo in zip((r["efficiency"] for r in multi), low)],
+                          [hi - e for e, hi in zip((r["efficiency"] for r in multi), high)]],
+                    fmt="none", ecolor="k", capsize=4, lw=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(0.9, color="tab:red", ls="--", lw=0.8, label="target 0.90")
-    ax.set(ylabel="img/s(N) / (N x img/s(1))", ylim=(0, 1.15),
-           title="Weak-scaling efficiency vs the same strategy's 1-worker run")
-    ax.legend(fontsize=7)
+    ax.set(ylabel="img/s(N) / (N x img/s(1))", ylim=(0, 1.25),
+           title="Weak-scaling efficiency vs the same strategy's 1-worker run "
+                 "(bars: lowest to highest repeat)")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=8)
     save_figure(fig, path)
 
@@ -111,63 +130,88 @@ def plot_epoch_time(rows: List[dict], title: str, path: Path, epoch_images: int)
 
 
 def plot_comm_share(rows: List[dict], title: str, path: Path) -> None:
-    multi = [r for r in rows if r["overhead"] is not None or r["ps_comm_share"] is not None]
-    fig, ax = plt.subplots(figsize=(8.5, 4.8))
-    width = 0.4
-    for i, r in enumerate(multi):
-        if r["overhead"] is not None:
-            ax.bar(i - width / 2, r["overhead"], width, color="tab:blue",
-                   label="overhead vs 1 worker: 1 - step(1)/step(N)" if i == 0 else None)
-            ax.annotate(f"{r['overhead']:.2f}", (i - width / 2, max(r["overhead"], 0)),
-                        ha="center", va="bottom", fontsize=7)
-        if r["ps_comm_share"] is not None:
-            comm, wait = r["ps_comm_share"], r["ps_wait_share"] or 0.0
-            ax.bar(i + width / 2, comm, width, color="tab:orange", hatch="//",
-                   label="PS measured: comm / (comm + compute + wait)")
-            ax.bar(i + width / 2, wait, width, bottom=comm, color="tab:gray", hatch="..",
-                   label="PS measured: wait / (comm + compute + wait) (held for the round)")
-            ax.annotate(f"{comm:.2f}+{wait:.2f}", (i + width / 2, comm + wait),
-                        ha="center", va="bottom", fontsize=7)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=7)
-    ax.set_xticks(range(len(multi)), [f"{r['label']}\nN={r['workers']}" for r in multi],
-                  fontsize=6.5, rotation=20, ha="right")
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set_xlim(-0.7, max(len(multi), 4) - 0.3)
-    ax.set(ylabel="share of a step", title="Communication share per strategy")
-    ax.grid(alpha=0.3, axis="y")
+    """Two measures in two panels: the step-time overhead of N workers over one (any
+    strategy), and the parameter server's communication and wait shares (its workers' own
+    timers)."""
+    overhead = [r for r in rows if r["overhead"] is not None]
+    ps = [r for r in rows if r["ps_comm_share"] is not None]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.8),
+                                      gridspec_kw={"width_ratios": [max(len(overhead), 2),
+                                                                    max(len(ps), 1)]})
+    if overhead:
+        _bars(left, overhead, "overhead")
+    left.axhline(0, color="k", lw=0.8)
+    left.set(ylabel="1 - step time(1 worker) / step time(N)",
+             title="Step-time overhead of N workers over 1")
+    names = [f"{r['label']}\nN={r['workers']}" for r in ps]
+    comm = [r["ps_comm_share"] for r in ps]
+    wait = [r["ps_wait_share"] or 0.0 for r in ps]
+    right.bar(range(len(ps)), comm, color="tab:orange", label="comm")
+    right.bar(range(len(ps)), wait, bottom=comm, color="tab:gray", label="wait for the round")
+    for i, (c, w) in enumerate(zip(comm, wait)):
+        right.annotate(f"{c:.2f} + {w:.2f}", (i, c + w), ha="center", va="bottom", fontsize=7)
+    right.set_xticks(range(len(ps)), names, fontsize=6.5, rotation=20, ha="right")
+    right.set_xlim(-0.7, max(len(ps), 2) - 0.3)
+    right.set(ylim=(0, 1.1), ylabel="share of (comm + compute + wait)",
+              title="Parameter server: its workers' time")
+    if ps:
+        right.legend(fontsize=7, loc="upper right")
+    else:
+        right.text(0.5, 0.5, "no parameter-server run\nin this sweep", ha="center",
+                   va="center", transform=right.transAxes, fontsize=8)
+    for ax in (left, right):
+        ax.title.set_fontsize(9)
+        ax.grid(alpha=0.3, axis="y")
     fig.suptitle(title, fontsize=8)
     save_figure(fig, path)
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = "osD^v<>p"
+
+
+def _curve_style(i: int) -> dict:
+    """Lines that stay visible when they lie on top of each other: each run its own marker
+    (hollow, so one under another shows through) and line style."""
+    return {"marker": MARKERS[i % len(MARKERS)], "markersize": 8 - 1.2 * (i % 4),
+            "markerfacecolor": "none", "linestyle": LINE_STYLES[i % len(LINE_STYLES)]}
+
+
 def plot_curves(curve_runs: List[Run], title: str, path: Path) -> None:
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    """Validation (top row) and training (bottom row) top-1 per epoch and top-5 per epoch."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
     colors = _colors([r.name for r in curve_runs])
-    markers = "osD^v<>p"
     for i, r in enumerate(curve_runs):
-        marker, size = markers[i % len(markers)], 8 - 1.2 * (i % 4)
         pts = curve_points(r.logs)
-        label = f"{r.label}, N={r.workers}"
-        for col, k in ((0, 2), (1, 3)):  # top-1, top-5
-            for row, x in ((0, 0), (1, 1)):  # vs epoch, vs wall-clock
-                ax = axes[row][col]
-                if pts["val"]:
-                    ax.plot([p[x] for p in pts["val"] if p[x] is not None],
-                            [p[k] for p in pts["val"] if p[x] is not None], "-",
-                            marker=marker, markersize=size, alpha=0.85,
-                            color=colors[r.name], label=f"{label} val")
-                if pts["train"]:
-                    ax.plot([p[x] for p in pts["train"]], [p[k] for p in pts["train"]], "--",
-                            color=colors[r.name], alpha=0.6, label=f"{label} train")
-    for col, metric in ((0, "top-1"), (1, "top-5")):
-        axes[0][col].set(xlabel="epoch", ylabel=f"{metric} (%)", ylim=(0, 101),
-                         title=f"{metric} vs epoch (solid val, dashed train)")
-        axes[1][col].set(xlabel="training wall-clock (s; validation excluded)",
-                         ylabel=f"{metric} (%)", ylim=(0, 101), title=f"{metric} vs wall-clock")
+        for row, split in ((0, "val"), (1, "train")):
+            for col, k in ((0, 2), (1, 3)):  # top-1, top-5
+                axes[row][col].plot([p[0] for p in pts[split]], [p[k] for p in pts[split]],
+                                    color=colors[r.name], alpha=0.85,
+                                    label=f"{r.label}, N={r.workers}", **_curve_style(i))
+    for row, split in ((0, "validation"), (1, "training")):
+        for col, metric in ((0, "top-1"), (1, "top-5")):
+            axes[row][col].set(xlabel="epoch", ylabel=f"{metric} (%)", ylim=(0, 101),
+                               title=f"{split} {metric} per epoch")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=6.5)
+    axes[0][0].legend(fontsize=6.5, loc="lower right")
+    fig.suptitle(title, fontsize=8)
+    save_figure(fig, path)
+
+
+def plot_top1_vs_time(curve_runs: List[Run], title: str, path: Path) -> None:
+    """Validation top-1 against training wall-clock, one line per strategy: which one gets
+    there first on the same machine."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    colors = _colors([r.name for r in curve_runs])
+    for i, r in enumerate(curve_runs):
+        val = [p for p in curve_points(r.logs)["val"] if p.seconds is not None]
+        ax.plot([p.seconds for p in val], [p.top1 for p in val], color=colors[r.name],
+                label=f"{r.label}, N={r.workers}", **_curve_style(i))
+    ax.set(xlabel="training wall-clock, s (validation excluded)", ylabel="val top-1 (%)",
+           ylim=(0, 101), title="Validation top-1 vs training time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=8)
     save_figure(fig, path)
 
@@ -194,9 +238,10 @@ def draw(sweep_dir: Path, figures: Path, curves: Optional[List[Path]] = None,
     ccfg = curve_runs[0].run["config"]
     data = "synthetic (--dummy)" if ccfg.get("dummy") or ccfg.get("data_backend") == "synthetic" \
         else "/".join(Path(ccfg["data"] or "").parts[-2:])
-    plot_curves(curve_runs, f"learning curves: {ccfg['arch']}, {ccfg['image_size']} px, "
-                f"-b {ccfg['batch_size']} per worker, data {data}, {describe_hardware(runs)}",
-                out[4])
+    curves_title = (f"{ccfg['arch']}, {ccfg['image_size']} px, -b {ccfg['batch_size']} per "
+                    f"worker, data {data}, {describe_hardware(runs)}")
+    plot_curves(curve_runs, f"learning curves: {curves_title}", out[4])
+    plot_top1_vs_time(curve_runs, curves_title, out[5])
     return out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -55,8 +56,15 @@ def _where(path: Path) -> str:
         return str(path)
 
 
+def _commit(runs) -> str:
+    """The commit the runs were made at, as their logs recorded it (several: all of them)."""
+    commits = sorted({r.run.get("commit") or "unknown" for r in runs})
+    return " / ".join(commits)
+
+
 def _when(run: dict) -> str:
-    return datetime.datetime.fromtimestamp(run["time"]).strftime("%Y-%m-%d %H:%M")
+    moment = datetime.datetime.fromtimestamp(run["time"], tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _meta(meta_path: Path) -> dict:
@@ -67,6 +75,14 @@ def _meta(meta_path: Path) -> dict:
 def _other(meta: dict, name: str) -> str:
     share = meta.get(name, {}).get("other_cpu")
     return "-" if share is None else f"{share:.0%}"
+
+
+def _other_of_repeats(meta: dict, combo: str) -> str:
+    """`other CPU` of a combination: the highest of its repeats (the most disturbed one)."""
+    shares = [m["other_cpu"] for name, m in meta.items() if name != "_replaced"
+              and m.get("other_cpu") is not None
+              and (name == combo or re.fullmatch(re.escape(combo) + r"-r\d+", name))]
+    return f"{max(shares):.0%}" if shares else "-"
 
 
 def _load_note(meta: dict, meta_name: str) -> str:
@@ -113,16 +129,19 @@ def sweep_block(sweep_dir: Path) -> str:
                     if not r.precision.startswith("O1")})
     text = [
         f"Measured by `launch/env.sh python -m bench.sweep` (`{_where(sweep_dir)}`, "
-        f"{len(runs)} runs, {_when(first.run)}) at commit {git_commit()} on "
+        f"{len(runs)} runs, {_when(first.run)}) at commit {_commit(runs)} on "
         f"{sweep_stats.describe_hardware(runs)}, {threads} thread(s) per process. Tables: "
         "`bench/results.py`; figures: `bench/plot_scaling.py`; both read only the "
-        "runs' `log.jsonl`." + _load_note(meta, "sweep.json"),
+        "runs' `log.jsonl` (kept in `results/sweep/`: `python -m bench.regenerate` redraws "
+        "this section from them)." + _load_note(meta, "sweep.json"),
         "",
         f"Setup: {cfg['arch']}, {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker "
         f"(weak scaling), {data}, {'/'.join(map(str, steps)) or '-'} steps per run"
         + (f" (O1: {slow[0][0]} steps, `-p {slow[0][1]}`: bf16 is emulated on this CPU, ~24x "
            "slower)" if slow else "")
-        + "; img/s = median of the logged intervals after the first (start-up and warm-up). "
+        + "; img/s = median of the logged intervals after the first (start-up and warm-up); "
+        "a combination run several times (`xN`) shows the median of its runs and their "
+        "lowest-highest. "
         "**Workers N** = processes that compute; a parameter server with N workers runs N + 1 "
         "processes (rank 0 serves and never runs the forward pass), so `PS sync` at N = 2 is 3 "
         "processes on these cores. Efficiency = img/s(N) / (N x img/s(1)) against the **same "
@@ -159,12 +178,14 @@ def sweep_block(sweep_dir: Path) -> str:
     text += ["", "All throughput runs (epoch time EXTRAPOLATED to 1,281,167 images, the "
              "ImageNet-1k train set, at this model and image size; not measured):", ""]
     text.append(markdown_table(
-        ["run", "strategy", "workers", "processes", "img/s", "img/s per worker", "step s",
-         "efficiency", "epoch h (extrap.)", "intervals", "other CPU"],
-        [[f"`{r['run']}`", r["label"], str(r["workers"]), str(r["processes"]),
-          _fmt(r["img_s"]), _fmt(r["img_s"] / r["workers"] if r["img_s"] else None),
+        ["run", "strategy", "workers", "processes", "img/s", "lowest-highest", "img/s per worker",
+         "step s", "efficiency", "epoch h (extrap.)", "intervals", "other CPU"],
+        [[f"`{r['run']}`" + (f" x{r['repeats']}" if r["repeats"] > 1 else ""), r["label"],
+          str(r["workers"]), str(r["processes"]), _fmt(r["img_s"]),
+          f"{_fmt(r['img_s_low'])}-{_fmt(r['img_s_high'])}",
+          _fmt(r["img_s"] / r["workers"] if r["img_s"] else None),
           _fmt(r["step_time"], ".3f"), _fmt(r["efficiency"], ".2f"), _fmt(r["epoch_hours"]),
-          str(r["intervals"]), _other(meta, r["run"])] for r in rows], right_from=2))
+          str(r["intervals"]), _other_of_repeats(meta, r["run"])] for r in rows], right_from=2))
     if curves:
         ccfg = curves[0].run["config"]
         text += ["", f"Learning curves (`curves-*`: {ccfg['arch']}, {ccfg['image_size']} px, "
@@ -186,7 +207,8 @@ def sweep_block(sweep_dir: Path) -> str:
         text.append(markdown_table(["run", "strategy", "workers", "epochs", "final val top-1",
                                     "final val top-5", "best val top-1", "last train top-1",
                                     "training s", "other CPU"], table, right_from=2))
-    text += ["", "![throughput](figures/scaling_throughput.png)",
+    text += ["", "![validation top-1 vs training time](figures/scaling_top1_vs_time.png)",
+             "![throughput](figures/scaling_throughput.png)",
              "![efficiency](figures/scaling_efficiency.png)",
              "![communication share](figures/scaling_comm_share.png)",
              "![epoch time](figures/scaling_epoch_time.png)",

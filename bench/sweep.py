@@ -14,7 +14,8 @@ Given the --out of an earlier sweep, finished runs are kept (a sweep resumes); `
 repeats the matching ones (the old runs go to `<out>/_replaced/`). `<out>/sweep.json` records
 per run how much CPU other processes used meanwhile (a shared machine shows there).
 Names encode the combination: `<strategy>-w<workers>-<opt level>[-hook_<h>][-fp16_compress]`,
-e.g. `ddp-w2-O0-hook_fp16`, `ps_sync-w2-O0`; `curves-*` are the learning-curve runs.
+e.g. `ddp-w2-O0-hook_fp16`, `ps_sync-w2-O0`; `curves-*` are the learning-curve runs; `-r2`,
+`-r3`, ... the repeats of a throughput combination (--repeats).
 
 Workers, not processes, are counted: N workers = N processes for nd/DDP/Horovod, and N + 1
 processes for the parameter server (rank 0 serves: it applies updates and never runs the training
@@ -42,7 +43,7 @@ import functools
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List
 
@@ -67,6 +68,7 @@ class Combo:
     compression: str = "none"  # Horovod gradient compression: none | fp16
     mode: str = "sync"       # parameter server mode
     stage: str = "throughput"  # throughput | curves
+    repeat: int = 1          # the k-th run of the same combination (throughput only)
 
     @property
     def processes(self) -> int:
@@ -80,6 +82,8 @@ class Combo:
             parts.append(f"hook_{self.hook}")
         if self.compression != "none":
             parts.append(f"{self.compression}_compress")
+        if self.repeat > 1:
+            parts.append(f"r{self.repeat}")
         name = "-".join(parts)
         return f"curves-{name}" if self.stage == "curves" else name
 
@@ -115,6 +119,9 @@ def combos(args) -> List[Combo]:
                         out.append(Combo("hvd", n, compression=comp))
             elif s == "ps":
                 out += [Combo("ps", n, mode=m) for m in _csv(args.ps_modes)]
+    # Repeats interleave (every combination once, then again), so a drift of a shared machine
+    # spreads over all of them instead of hitting one combination's repeats together.
+    out = [replace(c, repeat=k) for k in range(1, args.repeats + 1) for c in out]
     if args.curves:
         top = max(workers)
         for s in strategies:
@@ -218,6 +225,9 @@ def parse(argv=None):
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("-b", "--batch-size", type=int, default=32, help="per worker (weak scaling)")
     p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of each throughput combination (named <combo>-r2, -r3, ...): the "
+                        "tables show their median and the figures their spread")
     p.add_argument("-p", "--print-freq", type=int, default=5)
     p.add_argument("--slow-steps", type=int, default=3,
                    help="steps of O1+ runs where bf16 is emulated (CPU without native bf16)")

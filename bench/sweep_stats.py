@@ -5,7 +5,9 @@ Every run folder with a log.jsonl under the sweep folder is read; `curves-*` fol
 learning-curve runs, the others throughput runs. What is computed, and from what:
 
   img/s            median of the run's `train` interval records after the first (the first holds
-                   start-up and warm-up); all processes together
+                   start-up and warm-up); all processes together. Repeats of a combination
+                   (`<combo>-r2`, ...): one row, img/s = median of their img/s, with the lowest
+                   and highest as its spread
   workers N        processes that compute: world size for nd/DDP/Horovod, `workers` of the
                    parameter server's run record (it adds one server process)
   efficiency       weak scaling (-b per worker fixed): img/s(N) / (N x img/s(1)) where img/s(1) is
@@ -26,10 +28,11 @@ learning-curve runs, the others throughput runs. What is computed, and from what
 """
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from bench.common import CurvePoint, Log, entry_order, epoch_clock, logged_entry, \
     logged_hardware, logged_precision, read_log, run_dirs, steady, strategy_label, val_points
@@ -51,6 +54,11 @@ class Run:
     step_time: Optional[float] = None
     intervals: int = 0
     ps_comm: Optional[Dict[str, float]] = None
+
+    @property
+    def combo(self) -> str:
+        """The combination this run measures: its name without a repeat suffix (-r2, ...)."""
+        return re.sub(r"-r\d+$", "", self.name)
 
     @property
     def run(self) -> dict:
@@ -122,29 +130,57 @@ def nd_baseline(runs: List[Run]) -> Optional[Run]:
 
 
 def analyze(runs: List[Run], epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[dict]:
-    """One row per throughput run: the numbers the figures and RESULTS.md tables show."""
+    """One row per throughput combination (its repeats together): the numbers the figures
+    and RESULTS.md tables show."""
     nd = nd_baseline(runs)
     rows = []
-    for r in runs:
-        if r.stage != "throughput":
-            continue
+    for combo, repeats in _combinations(runs):
+        r = repeats[0]
+        rates = [x.img_s for x in repeats if x.img_s]
+        steps = [x.step_time for x in repeats if x.step_time]
+        img_s = statistics.median(rates) if rates else None
+        step_time = statistics.median(steps) if steps else None
         base = baseline(r, runs)
-        row = {"run": r.name, "label": r.label, "family": r.family, "variant": r.variant,
+        row = {"run": combo, "label": r.label, "family": r.family, "variant": r.variant,
                "entry": r.entry, "workers": r.workers, "processes": r.processes,
-               "precision": r.precision, "img_s": r.img_s, "intervals": r.intervals,
-               "step_time": r.step_time, "batch": r.run["config"]["batch_size"],
+               "precision": r.precision, "img_s": img_s, "repeats": len(rates),
+               "img_s_low": min(rates, default=None), "img_s_high": max(rates, default=None),
+               "intervals": sum(x.intervals for x in repeats),
+               "step_time": step_time, "batch": r.run["config"]["batch_size"],
                "efficiency": None, "efficiency_nd": None, "overhead": None,
-               "ps_comm_share": r.ps_comm["share"] if r.ps_comm else None,
-               "ps_wait_share": r.ps_comm["wait_share"] if r.ps_comm else None,
-               "epoch_hours": epoch_images / r.img_s / 3600 if r.img_s else None}
-        if r.img_s and base and r.workers > 1:
-            row["efficiency"] = r.img_s / (r.workers * base.img_s)
-            if base.step_time and r.step_time:
-                row["overhead"] = 1 - base.step_time / r.step_time
-        if r.img_s and nd and nd.precision == r.precision and r.entry != "nd":
-            row["efficiency_nd"] = r.img_s / (r.workers * nd.img_s)
+               "ps_comm_share": _median_of(x.ps_comm and x.ps_comm["share"] for x in repeats),
+               "ps_wait_share": _median_of(x.ps_comm and x.ps_comm["wait_share"]
+                                           for x in repeats),
+               "epoch_hours": epoch_images / img_s / 3600 if img_s else None}
+        base_img_s, base_step = _medians(base, runs) if base else (None, None)
+        if img_s and base_img_s and r.workers > 1:
+            row["efficiency"] = img_s / (r.workers * base_img_s)
+            if base_step and step_time:
+                row["overhead"] = 1 - base_step / step_time
+        nd_img_s = _medians(nd, runs)[0] if nd else None
+        if img_s and nd_img_s and nd.precision == r.precision and r.entry != "nd":
+            row["efficiency_nd"] = img_s / (r.workers * nd_img_s)
         rows.append(row)
     return rows
+
+
+def _combinations(runs: List[Run]) -> List[Tuple[str, List[Run]]]:
+    groups: Dict[str, List[Run]] = {}
+    for r in runs:
+        if r.stage == "throughput":
+            groups.setdefault(r.combo, []).append(r)
+    return list(groups.items())
+
+
+def _medians(run: Run, runs: List[Run]) -> Tuple[Optional[float], Optional[float]]:
+    """Median img/s and step time over the repeats of `run`'s combination."""
+    same = [x for x in runs if x.stage == "throughput" and x.combo == run.combo]
+    return (_median_of(x.img_s for x in same), _median_of(x.step_time for x in same))
+
+
+def _median_of(values) -> Optional[float]:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def describe_hardware(runs: List[Run]) -> str:

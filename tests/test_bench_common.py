@@ -104,3 +104,29 @@ def test_val_points_take_the_evaluated_snapshot_time_else_the_epoch_clock(tmp_pa
         del v["train_elapsed"]
     assert [(p.epoch, p.seconds, p.top1) for p in val_points(logs)] == [(1, 3.0, 50.0),
                                                                         (2, 6.0, 75.0)]
+
+
+def _ddp_log(world_size: int, rates):
+    run = {"kind": "run", "elapsed": 0.0, "entry": "ddp", "strategy": "ddp",
+           "world_size": world_size, "global_batch": 32 * world_size,
+           "precision": {"opt_level": "O0", "dtype": "float32", "loss_scaling": "none"},
+           "config": {"arch": "resnet18", "image_size": 64, "batch_size": 32},
+           "hardware": {"gpus": [], "cpu": "AMD EPYC", "cpu_count": 2},
+           "versions": {"torch": "2.15.0"}}
+    train = [{"kind": "train", "elapsed": float(i), "img_s": rate, "step_time": 32.0 / rate}
+             for i, rate in enumerate([1.0, *rates])]  # the first interval is warm-up
+    return [run, *train]
+
+
+def test_repeats_of_a_combination_make_one_row_with_their_spread(tmp_path):
+    from bench.sweep_stats import analyze, load_sweep
+
+    _write_log(tmp_path / "ddp-w1-O0", _ddp_log(1, [100.0, 100.0]))
+    _write_log(tmp_path / "ddp-w2-O0", _ddp_log(2, [150.0, 150.0]))
+    _write_log(tmp_path / "ddp-w2-O0-r2", _ddp_log(2, [190.0, 190.0]))
+    _write_log(tmp_path / "ddp-w2-O0-r3", _ddp_log(2, [170.0, 170.0]))
+    rows = analyze(load_sweep(tmp_path))
+    assert [(r["run"], r["repeats"]) for r in rows] == [("ddp-w1-O0", 1), ("ddp-w2-O0", 3)]
+    two = rows[1]
+    assert (two["img_s"], two["img_s_low"], two["img_s_high"]) == (170.0, 150.0, 190.0)
+    assert two["efficiency"] == pytest.approx(170.0 / (2 * 100.0))

@@ -26,6 +26,15 @@ def test_the_cli_offers_what_the_registry_lists():
     assert choices["opt_level"] == OPT_LEVELS
 
 
+def test_every_strategy_specific_option_names_real_entry_scripts():
+    import dataclasses
+
+    from recipe.ps.config import PSConfig
+
+    for f in dataclasses.fields(PSConfig):
+        assert set(f.metadata["only"] or ()) <= set(ENTRIES), f.name
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(TRAIN).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

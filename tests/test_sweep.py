@@ -59,8 +59,10 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
     curves = cmds["curves-ddp-w2-O0"]
     assert curves[-3] == str(tmp_path / "_data") and "--dummy" not in curves
 
-    only = _commands(_run("sweep", "--dry-run", "--only", "^hvd", "--no-curves").stdout)
-    assert list(only) == ["hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress"]
+    only = _commands(_run("sweep", "--dry-run", "--only", "^hvd", "--no-curves",
+                          "--repeats", "2").stdout)
+    assert list(only) == ["hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress",  # interleaved
+                          "hvd-w1-O0-r2", "hvd-w2-O0-r2", "hvd-w2-O0-fp16_compress-r2"]
 
     # With native bf16 the mixed-precision learning curves are affordable and get a run too.
     native = _commands(_run("sweep", "--dry-run", "--out", tmp_path, "--only", "^curves",
@@ -103,7 +105,8 @@ def test_quick_sweep_draws_and_writes_results(tmp_path, results_copy):
     out = _run("sweep", "--quick", "--only", "^ddp-w", "--out", tmp_path / "sweep",
                "--figures", figures, "--results", results_copy).stdout
     assert "[2/2] ddp-w2-O0" in out
-    for name in ("throughput", "efficiency", "epoch_time", "comm_share", "curves"):
+    for name in ("throughput", "efficiency", "epoch_time", "comm_share", "curves",
+                 "top1_vs_time"):
         assert (figures / f"scaling_{name}.png").stat().st_size > 10_000, name
     block = _check_block(results_copy, "sweep", before)
     assert "**2-worker weak-scaling efficiency**" in block

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
-from .registry import DATA_BACKENDS, OPT_LEVELS
+from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
 
 LR_SCHEDULES = ("step", "cosine")
 DDP_COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
@@ -278,8 +278,6 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
 def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None:
     """UsageError for an option set on the command line that this entry script does not
     have, naming the scripts that do."""
-    from .registry import ENTRIES
-
     for f in dataclasses.fields(config_cls):
         only = f.metadata["only"]
         if only is None or entry in only or ns[f.name] == f.default:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def cpu_model() -> str:
@@ -23,3 +26,17 @@ def cpu_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def git_commit() -> str:
+    """The repository's short commit, marked when tracked files differ from it ('unknown'
+    outside a git checkout)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPOSITORY, text=True, capture_output=True,
+                              check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit} (plus uncommitted changes)" if dirty else commit

@@ -7,7 +7,8 @@ RESULTS.md read nothing else). One JSON object per line, always with `kind`, `ti
 seconds) and `elapsed` (seconds since the run started). Top-k values are percentages.
   kind="run"     first record (lifecycle.write_run_record): config (resolved), entry, strategy,
                  world_size, devices_per_process, backend, precision {opt_level, dtype,
-                 loss_scaling}, global_batch, lr, device, resumed_from, versions, hardware, argv;
+                 loss_scaling}, global_batch, lr, device, resumed_from, versions, hardware, argv,
+                 commit (of this repository);
                  the engine adds steps_per_epoch and train_samples_per_rank; the parameter
                  server adds mode, workers, slowdowns and split
   kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),
@@ -54,7 +55,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from .machine import cpu_model
+from .machine import cpu_model, git_commit
 
 # Which JSONL fields become TensorBoard scalars, per record kind, and under which tag prefix.
 # TensorBoard sorts groups by name: validation is "eval" so that it comes first.
@@ -82,6 +83,7 @@ def environment_info() -> Dict[str, Any]:
                      "gpus": [torch.cuda.get_device_name(i)
                               for i in range(torch.cuda.device_count())]},
         "argv": sys.argv,
+        "commit": git_commit(),
     }
     return info
 

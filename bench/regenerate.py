@@ -1,0 +1,138 @@
+"""RESULTS.md's measured sections and their figures, rebuilt from the run logs kept in results/.
+
+    launch/env.sh python -m bench.regenerate              # rewrite those blocks and figures
+    launch/env.sh python -m bench.regenerate --check      # exit 1 if anything would change
+    launch/env.sh python -m bench.regenerate --archive runs/sweep-20261123-050000 sweep
+                                   # keep a new measurement: its logs into results/sweep/
+
+results/ holds only what the tables and figures are computed from: each run's `log.jsonl`
+(a few kB; no checkpoints, no TensorBoard events) and the measuring tool's own record
+(`sweep.json`). From them alone this module writes, byte for byte the same on every machine:
+
+  results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
+  results/sweep/              the `sweep` block and figures/scaling_*.png (bench.sweep)
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Dict, List
+
+from bench.common import REPO, markdown_table, run_dirs, write_block
+
+RESULTS = REPO / "results"
+HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
+            "sweep": "## Strategy sweep"}
+
+
+def quickstart_block(folder: Path, figures: Path) -> str:
+    """The quickstart on each kind of machine it was run on: table and learning curves."""
+    from bench import plot_curves, summarize
+
+    runs = run_dirs(folder)
+    rows = [summarize.row(d) for d in runs]
+    cols = ["run", "precision", "procs", "global batch", "img/s", "val top-1", "best top-1",
+            "epochs", "wall s", "device"]
+    plot_curves.plot(runs, figures / "quickstart_curves.png")
+    return "\n".join([
+        "`bash launch/quickstart.sh`, once per kind of CPU (logs: `results/quickstart/`). It "
+        "picks O1 (bf16 autocast) where the CPU has native bf16 and O0 (fp32) where bf16 would "
+        "be emulated; img/s is the median of the logged intervals after the first:",
+        "",
+        markdown_table(cols, [[str(r[c]) for c in cols] for r in rows], right_from=4),
+        "",
+        "![quickstart learning curves](figures/quickstart_curves.png)",
+    ]) + "\n"
+
+
+def sweep_block(folder: Path, figures: Path) -> str:
+    from bench import plot_scaling, results
+
+    plot_scaling.draw(folder, figures)
+    return results.sweep_block(folder)
+
+
+SECTIONS: Dict[str, Callable[[Path, Path], str]] = {
+    "quickstart": quickstart_block,
+    "sweep": sweep_block,
+}
+
+
+def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
+    """Every section whose logs are in `results_dir`; returns the sections written."""
+    written = []
+    for name, block in SECTIONS.items():
+        folder = results_dir / name
+        if folder.is_dir() and run_dirs(folder):
+            write_block(results_md, name, block(folder, figures), HEADINGS[name])
+            written.append(name)
+    return written
+
+
+def check(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
+    """The files regeneration would change (written into a scratch copy, compared)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch_md, scratch_figures = Path(tmp) / "RESULTS.md", Path(tmp) / "figures"
+        shutil.copy(results_md, scratch_md)
+        scratch_figures.mkdir()
+        regenerate(results_dir, scratch_md, scratch_figures)
+        changed = [] if filecmp.cmp(scratch_md, results_md, shallow=False) else [
+            str(results_md)]
+        for made in sorted(scratch_figures.iterdir()):
+            kept = figures / made.name
+            if not kept.is_file() or not filecmp.cmp(made, kept, shallow=False):
+                changed.append(str(kept))
+        return changed
+
+
+def archive(source: Path, section: str, results_dir: Path = RESULTS) -> Path:
+    """Copy the logs of a measurement (every log.jsonl under `source`, and the tool's own
+    *.json records at its top) into results/<section>/, replacing what was there."""
+    target = results_dir / section
+    if target.exists():
+        shutil.rmtree(target)
+    for log in sorted(source.rglob("log.jsonl")):
+        if "_replaced" in log.parts:
+            continue
+        dest = target / log.relative_to(source)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log, dest)
+    for record in source.glob("*.json"):
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(record, target / record.name)
+    return target
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 naming the files that would change")
+    parser.add_argument("--archive", nargs=2, metavar=("RUNS_DIR", "SECTION"),
+                        help=f"copy a measurement's logs into results/SECTION ({', '.join(SECTIONS)})"
+                             " first")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument("--results", type=Path, default=REPO / "RESULTS.md")
+    parser.add_argument("--figures", type=Path, default=REPO / "figures")
+    args = parser.parse_args(argv)
+    if args.archive:
+        source, section = Path(args.archive[0]), args.archive[1]
+        if section not in SECTIONS:
+            parser.error(f"section must be one of {', '.join(SECTIONS)}")
+        print(f"archived {source} -> {archive(source, section, args.results_dir)}")
+    if args.check:
+        changed = check(args.results_dir, args.results, args.figures)
+        for path in changed:
+            print(f"would change: {path}")
+        return 1 if changed else 0
+    written = regenerate(args.results_dir, args.results, args.figures)
+    print(f"regenerated: {', '.join(written) or 'nothing (no logs under results/)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
