@@ -35,7 +35,10 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     DDP's update. With 2 workers the sums are even bitwise equal; allow fp32 rounding."""
     common = STEP_ARGS + ["--epochs", "1", "--steps-per-epoch", "4", "--logdir", tmp_path,
                           tiny_imagefolder]
-    run_script("ps.py", common + ["--mode", "sync", "--run-name", "ps"], nproc=3)
+    proc = run_script("ps.py", common + ["--mode", "sync", "--run-name", "ps"], nproc=3)
+    progress = [line for line in proc.stdout.splitlines() if "Epoch [" in line]
+    assert progress and all("ETA run " in line for line in progress), proc.stdout
+    assert "best top1" in proc.stdout and "seed 2" in proc.stdout
     run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
     run_script("ps.py", common + ["--mode", "async", "--run-name", "async"], nproc=3)
     ps, ddp, async_ = (_params(tmp_path / name) for name in ("ps", "ddp", "async"))

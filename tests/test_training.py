@@ -95,9 +95,10 @@ def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
     """torchrun ddp_apex.py on generated data (O1 = bf16 autocast on CPU, gloo): the run record,
     finite losses, throughput per process, exact validation counts and TensorBoard events.
     (Whether training learns is checked in float64 by tests/test_parity.py.)"""
-    run_script("ddp_apex.py", TINY + ["-b", "8", "--epochs", "2", "--steps-per-epoch", "3",
-                                      "--logdir", tmp_path, "--run-name", "amp",
-                                      tiny_imagefolder], nproc=2)
+    proc = run_script("ddp_apex.py", TINY + ["-b", "8", "--epochs", "2", "--steps-per-epoch",
+                                             "3", "--logdir", tmp_path, "--run-name", "amp",
+                                             tiny_imagefolder], nproc=2)
+    _assert_progress_lines(proc.stdout, epochs=2, steps=3)
     run = records(tmp_path / "amp", "run")[0]
     assert run["versions"]["torch"] == torch.__version__ and run["hardware"]["cpu_count"] >= 1
     assert run["config"]["opt_level"] == "O1"
@@ -109,6 +110,26 @@ def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
                for r in train)
     assert [r["count"] for r in records(tmp_path / "amp", "val")] == [20, 20]
     _assert_tensorboard_events(tmp_path / "amp", train, records(tmp_path / "amp", "val"))
+
+
+def _assert_progress_lines(stdout: str, epochs: int, steps: int) -> None:
+    """Rank 0 alone prints; every line has a timestamp; each interval line the ETA of its
+    epoch and of the run, each validation line the best top-1 so far."""
+    import re
+
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    stamp = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  ")
+    assert all(stamp.match(line) for line in lines), stdout
+    assert sum("=> ddp_apex:" in line for line in lines) == 1  # not once per rank
+    progress = [line for line in lines if "Epoch [" in line]
+    assert len(progress) == epochs * steps
+    assert all(re.search(r"ETA epoch \d+:\d\d:\d\d, run (\d+:\d\d:\d\d|\?)$", line)
+               for line in progress), progress
+    assert progress[-1].endswith("ETA epoch 0:00:00, run 0:00:00")
+    val = [line for line in lines if "* Val epoch" in line]
+    best = [float(line.rsplit("best top1 ", 1)[1]) for line in val]
+    tops = [float(re.search(r"top1 ([\d.]+)", line).group(1)) for line in val]
+    assert len(val) == epochs and best == [max(tops[:i + 1]) for i in range(epochs)]
 
 
 def _assert_tensorboard_events(run_dir, train, val):
