@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from bench.common import cpu_cores, cpu_name, exit_without_recipe, gpu_name
+from bench.common import cpu_cores, cpu_name, exit_without_recipe, git_commit, gpu_name
 
 try:
     from recipe.config import UsageError, exit_on_usage_error, parse_args
@@ -284,7 +284,8 @@ def main(argv=None) -> None:
     print(f"benchmark runtime: {runtime:.1f}s")
 
     if args.json:
-        record = {"command": command, "config": vars(args), "hardware": hw, "rounds": rounds,
+        record = {"command": command, "commit": git_commit(), "config": vars(args),
+                  "hardware": hw, "rounds": rounds,
                   "median": summary,
                   "ratio_of_medians": summary["engine_img_s"] / summary["bare_img_s"],
                   "target": args.target, "max_weight_diff": weight_diff,

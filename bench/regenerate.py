@@ -11,22 +11,25 @@ results/ holds only what the tables and figures are computed from: each run's `l
 
   results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
   results/sweep/              the `sweep` block and figures/scaling_*.png (bench.sweep)
+  results/loop/               the `bench_loop` block (bench.loop --json results/loop/bench_loop.json)
 """
 from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 from bench.common import REPO, markdown_table, run_dirs, write_block
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
-            "sweep": "## Strategy sweep"}
+            "sweep": "## Strategy sweep",
+            "bench_loop": "## Engine overhead: one engine step vs a hand-written step"}
 
 
 def quickstart_block(folder: Path, figures: Path) -> str:
@@ -56,18 +59,48 @@ def sweep_block(folder: Path, figures: Path) -> str:
     return results.sweep_block(folder)
 
 
-SECTIONS: Dict[str, Callable[[Path, Path], str]] = {
-    "quickstart": quickstart_block,
-    "sweep": sweep_block,
+def loop_block(folder: Path, figures: Path) -> str:
+    """bench.loop's record: the engine's step against a bare step, round by round."""
+    record = json.loads((folder / "bench_loop.json").read_text())
+    cfg, hw, median = record["config"], record["hardware"], record["median"]
+    ratios = [r["ratio"] for r in record["rounds"]]
+    steps = cfg["warmup"] + cfg["repeats"] * cfg["steps"]
+    return "\n".join([
+        f"Command: `launch/env.sh {record['command']}` ({cfg['arch']}, {cfg['image_size']} px, "
+        f"batch {cfg['batch_size']}, {cfg['opt_level']}, one process with "
+        f"{hw['torch_threads']} thread(s)) on {hw['cpu']} ({hw['cpu_cores']} cores, "
+        f"{hw['gpu'] or 'no GPU'}), torch {hw['torch']}, at commit "
+        f"{record.get('commit', 'unknown')} (record: `results/loop/bench_loop.json`):",
+        "",
+        markdown_table(["rounds x steps", "engine img/s (median)", "bare img/s (median)",
+                        "engine / bare (median of rounds)"],
+                       [[f"{len(ratios)} x {cfg['steps']}", f"{median['engine_img_s']:.1f}",
+                         f"{median['bare_img_s']:.1f}", f"**{median['ratio']:.2f}x**"]]),
+        "",
+        f"Single rounds scatter between {min(ratios):.2f}x and {max(ratios):.2f}x, so only the "
+        f"median of many rounds means anything (target: >= {record['target']}). Same math: "
+        f"after {steps} steps each, the two models' weights differ by at most "
+        f"{record['max_weight_diff']:.3g}.",
+    ]) + "\n"
+
+
+# section (RESULTS.md block name) -> (folder under results/, block writer)
+SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
+    "quickstart": ("quickstart", quickstart_block),
+    "sweep": ("sweep", sweep_block),
+    "bench_loop": ("loop", loop_block),
 }
+
+
+FOLDERS = [folder for folder, _ in SECTIONS.values()]
 
 
 def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
     """Every section whose logs are in `results_dir`; returns the sections written."""
     written = []
-    for name, block in SECTIONS.items():
-        folder = results_dir / name
-        if folder.is_dir() and run_dirs(folder):
+    for name, (folder_name, block) in SECTIONS.items():
+        folder = results_dir / folder_name
+        if folder.is_dir() and any(folder.iterdir()):
             write_block(results_md, name, block(folder, figures), HEADINGS[name])
             written.append(name)
     return written
@@ -113,16 +146,16 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 naming the files that would change")
     parser.add_argument("--archive", nargs=2, metavar=("RUNS_DIR", "SECTION"),
-                        help=f"copy a measurement's logs into results/SECTION ({', '.join(SECTIONS)})"
-                             " first")
+                        help="copy a measurement's logs into results/SECTION "
+                             f"({', '.join(FOLDERS)}) first")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--results", type=Path, default=REPO / "RESULTS.md")
     parser.add_argument("--figures", type=Path, default=REPO / "figures")
     args = parser.parse_args(argv)
     if args.archive:
         source, section = Path(args.archive[0]), args.archive[1]
-        if section not in SECTIONS:
-            parser.error(f"section must be one of {', '.join(SECTIONS)}")
+        if section not in FOLDERS:
+            parser.error(f"section must be one of {', '.join(FOLDERS)}")
         print(f"archived {source} -> {archive(source, section, args.results_dir)}")
     if args.check:
         changed = check(args.results_dir, args.results, args.figures)

@@ -225,7 +225,7 @@ def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--mode", "bsp"], "invalid choice"),
     (["--worker-slowdown", "1,0.5"], "must be >= 1"),
-    (["--opt-level", "O1"], "not supported by the parameter server"),
+    (["--opt-level", "O1"], "--opt-level is an option of train/nd.py"),
 ])
 def test_bad_arguments_exit_2(tiny_imagefolder, tmp_path, args, message):
     proc = run_script("ps.py", TINY + args + ["--logdir", tmp_path, tiny_imagefolder],

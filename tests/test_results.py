@@ -19,7 +19,7 @@ def _regenerate(*args):
 
 def test_results_md_and_figures_are_regenerated_byte_for_byte_from_results():
     assert sorted(p.name for p in (REPO / "results").iterdir() if p.is_dir()) == sorted(
-        regenerate.SECTIONS)
+        regenerate.FOLDERS)
     proc = _regenerate("--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
