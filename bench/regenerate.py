@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import REPO, markdown_table, run_dirs, write_block
+from bench.common import REPO, markdown_table, read_log, run_dirs, write_block
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
@@ -38,15 +38,26 @@ def quickstart_block(folder: Path, figures: Path) -> str:
 
     runs = run_dirs(folder)
     rows = [summarize.row(d) for d in runs]
-    cols = ["run", "precision", "procs", "global batch", "img/s", "val top-1", "best top-1",
-            "epochs", "wall s", "device"]
+    cols = ["run", "precision", "device", "procs", "global batch", "img/s", "val top-1",
+            "best top-1", "epochs", "wall s"]
     plot_curves.plot(runs, figures / "quickstart_curves.png")
+    per_epoch = []
+    for run_dir in runs:
+        val = read_log(run_dir).get("val", [])
+        per_epoch.append([run_dir.name] + [f"{v['loss']:,.2f} / {v['top1']:.1f}" for v in val])
+    epochs = max(len(r) for r in per_epoch) - 1
     return "\n".join([
         "`bash launch/quickstart.sh`, once per kind of CPU (logs: `results/quickstart/`). It "
         "picks O1 (bf16 autocast) where the CPU has native bf16 and O0 (fp32) where bf16 would "
-        "be emulated; img/s is the median of the logged intervals after the first:",
+        "be emulated; img/s is the median of the logged intervals after the first, wall s the "
+        "training run's (data generation excluded):",
         "",
-        markdown_table(cols, [[str(r[c]) for c in cols] for r in rows], right_from=4),
+        markdown_table(cols, [[str(r[c]) for c in cols] for r in rows], right_from=3),
+        "",
+        "Validation loss / top-1 (%) after each epoch:",
+        "",
+        markdown_table(["run", *(f"epoch {e}" for e in range(epochs))], per_epoch,
+                       right_from=1),
         "",
         "![quickstart learning curves](figures/quickstart_curves.png)",
     ]) + "\n"
