@@ -39,6 +39,14 @@ def _family_color(family: str) -> str:
     return FAMILY_COLORS[family]
 
 
+def _spread(rows: List[dict], scale: Optional[List[float]] = None) -> List[List[float]]:
+    """Error-bar lengths below and above the median img/s (times `scale`), from the lowest and
+    highest repeat; never negative (a single repeat gives 0 up to rounding)."""
+    scale = scale or [1.0] * len(rows)
+    return [[max(0.0, (r["img_s"] - r["img_s_low"]) * k) for r, k in zip(rows, scale)],
+            [max(0.0, (r["img_s_high"] - r["img_s"]) * k) for r, k in zip(rows, scale)]]
+
+
 def plot_throughput(rows: List[dict], title: str, path: Path) -> None:
     """img/s against the processes each strategy used, one line per strategy (and variant);
     the bars span the lowest and highest of the repeats, the point is their median."""
@@ -54,8 +62,7 @@ def plot_throughput(rows: List[dict], title: str, path: Path) -> None:
             continue
         xs = [r["processes"] for r in points]
         ys = [r["img_s"] for r in points]
-        spread = [[r["img_s"] - r["img_s_low"] for r in points],
-                  [r["img_s_high"] - r["img_s"] for r in points]]
+        spread = _spread(points)
         color = _family_color(mine[0]["family"])
         ax.errorbar(xs, ys, yerr=spread, fmt="s--" if mine[0]["variant"] else "o-",
                     color=color, capsize=4, markerfacecolor="none", label=label)
@@ -98,11 +105,8 @@ def plot_efficiency(rows: List[dict], title: str, path: Path) -> None:
     if multi:
         _bars(ax, multi, "efficiency")
         # the repeats' spread, against the 1-worker median
-        low = [r["efficiency"] * r["img_s_low"] / r["img_s"] for r in multi]
-        high = [r["efficiency"] * r["img_s_high"] / r["img_s"] for r in multi]
         ax.errorbar(range(len(multi)), [r["efficiency"] for r in multi],
-                    yerr=[[e - lo for e, lo in zip((r["efficiency"] for r in multi), low)],
-                          [hi - e for e, hi in zip((r["efficiency"] for r in multi), high)]],
+                    yerr=_spread(multi, scale=[r["efficiency"] / r["img_s"] for r in multi]),
                     fmt="none", ecolor="k", capsize=4, lw=0.8)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(0.9, color="tab:red", ls="--", lw=0.8, label="target 0.90")

@@ -130,3 +130,16 @@ def test_repeats_of_a_combination_make_one_row_with_their_spread(tmp_path):
     two = rows[1]
     assert (two["img_s"], two["img_s_low"], two["img_s_high"]) == (170.0, 150.0, 190.0)
     assert two["efficiency"] == pytest.approx(170.0 / (2 * 100.0))
+
+
+def test_a_single_repeat_draws_no_error_bar(tmp_path):
+    """One run per combination: lowest = median = highest, so the bars have length 0, even
+    where rounding would make them slightly negative (matplotlib refuses those)."""
+    from bench import plot_scaling
+
+    row = {"label": "DDP O0 float32", "family": "DDP O0 float32", "variant": "", "workers": 2,
+           "processes": 2, "img_s": 161.97020320439236, "img_s_low": 161.97020320439236,
+           "img_s_high": 161.97020320439236, "efficiency": 0.8864336754504867, "repeats": 1}
+    assert plot_scaling._spread([row], scale=[row["efficiency"] / row["img_s"]]) == [[0.0], [0.0]]
+    plot_scaling.plot_efficiency([row], "one repeat", tmp_path / "efficiency.png")
+    assert (tmp_path / "efficiency.png").stat().st_size > 10_000
