@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -81,7 +80,7 @@ def _other_of_repeats(meta: dict, combo: str) -> str:
     """`other CPU` of a combination: the highest of its repeats (the most disturbed one)."""
     shares = [m["other_cpu"] for name, m in meta.items() if name != "_replaced"
               and m.get("other_cpu") is not None
-              and (name == combo or re.fullmatch(re.escape(combo) + r"-r\d+", name))]
+              and sweep_stats.combination(name) == combo]
     return f"{max(shares):.0%}" if shares else "-"
 
 

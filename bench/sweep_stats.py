@@ -32,7 +32,7 @@ import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from bench.common import CurvePoint, Log, entry_order, epoch_clock, logged_entry, \
     logged_hardware, logged_precision, read_log, run_dirs, steady, strategy_label, val_points
@@ -57,8 +57,7 @@ class Run:
 
     @property
     def combo(self) -> str:
-        """The combination this run measures: its name without a repeat suffix (-r2, ...)."""
-        return re.sub(r"-r\d+$", "", self.name)
+        return combination(self.name)
 
     @property
     def run(self) -> dict:
@@ -72,6 +71,11 @@ class Run:
     @property
     def label(self) -> str:
         return f"{self.family}, {self.variant}" if self.variant else self.family
+
+
+def combination(run_name: str) -> str:
+    """The combination a run measures: its name without a repeat suffix (-r2, -r3, ...)."""
+    return re.sub(r"-r\d+$", "", run_name)
 
 
 def load_run(run_dir: Path) -> Optional[Run]:
@@ -133,13 +137,16 @@ def analyze(runs: List[Run], epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[
     """One row per throughput combination (its repeats together): the numbers the figures
     and RESULTS.md tables show."""
     nd = nd_baseline(runs)
+    groups = _combinations(runs)
+    # per combination: median img/s and step time over its repeats
+    medians = {combo: (_median_of(x.img_s for x in repeats),
+                       _median_of(x.step_time for x in repeats))
+               for combo, repeats in groups.items()}
     rows = []
-    for combo, repeats in _combinations(runs):
+    for combo, repeats in groups.items():
         r = repeats[0]
-        rates = [x.img_s for x in repeats if x.img_s]
-        steps = [x.step_time for x in repeats if x.step_time]
-        img_s = statistics.median(rates) if rates else None
-        step_time = statistics.median(steps) if steps else None
+        rates = [x.img_s for x in repeats if x.img_s is not None]
+        img_s, step_time = medians[combo]
         base = baseline(r, runs)
         row = {"run": combo, "label": r.label, "family": r.family, "variant": r.variant,
                "entry": r.entry, "workers": r.workers, "processes": r.processes,
@@ -152,30 +159,25 @@ def analyze(runs: List[Run], epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[
                "ps_wait_share": _median_of(x.ps_comm and x.ps_comm["wait_share"]
                                            for x in repeats),
                "epoch_hours": epoch_images / img_s / 3600 if img_s else None}
-        base_img_s, base_step = _medians(base, runs) if base else (None, None)
+        base_img_s, base_step = medians[base.combo] if base else (None, None)
         if img_s and base_img_s and r.workers > 1:
             row["efficiency"] = img_s / (r.workers * base_img_s)
             if base_step and step_time:
                 row["overhead"] = 1 - base_step / step_time
-        nd_img_s = _medians(nd, runs)[0] if nd else None
+        nd_img_s = medians[nd.combo][0] if nd else None
         if img_s and nd_img_s and nd.precision == r.precision and r.entry != "nd":
             row["efficiency_nd"] = img_s / (r.workers * nd_img_s)
         rows.append(row)
     return rows
 
 
-def _combinations(runs: List[Run]) -> List[Tuple[str, List[Run]]]:
+def _combinations(runs: List[Run]) -> Dict[str, List[Run]]:
+    """The throughput runs by combination, repeats together, in the order of `runs`."""
     groups: Dict[str, List[Run]] = {}
     for r in runs:
         if r.stage == "throughput":
             groups.setdefault(r.combo, []).append(r)
-    return list(groups.items())
-
-
-def _medians(run: Run, runs: List[Run]) -> Tuple[Optional[float], Optional[float]]:
-    """Median img/s and step time over the repeats of `run`'s combination."""
-    same = [x for x in runs if x.stage == "throughput" and x.combo == run.combo]
-    return (_median_of(x.img_s for x in same), _median_of(x.step_time for x in same))
+    return groups
 
 
 def _median_of(values) -> Optional[float]:
