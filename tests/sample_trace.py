@@ -19,11 +19,11 @@ untraced_iter = sampling.ShardedSampler.__iter__
 def traced_iter(self):
     path = os.path.join(out_dir, f"rank{os.environ.get('RANK', '0')}-pid{os.getpid()}.txt")
     with open(path, "a") as out:
-        for index, seed in untraced_iter(self):
+        for key in untraced_iter(self):
             if self.shuffle:  # the training sampler; validation is counted by its own tests
-                out.write(f"{self.epoch} {index}\n")
+                out.write(f"{self.epoch} {key.index}\n")
                 out.flush()
-            yield index, seed
+            yield key
 
 
 sampling.ShardedSampler.__iter__ = traced_iter

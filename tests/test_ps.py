@@ -262,7 +262,7 @@ def test_by_class_split_gives_each_worker_its_own_classes():
     for index in range(2):
         subset = worker_shard(index, 2, "by-class").train_subset(targets)
         sampler = ShardedSampler(len(targets), 0, 1, shuffle=True, seed=0, subset=subset)
-        seen.append({targets[i] for i, _ in sampler})
+        seen.append({targets[i] for i, *_ in sampler})
         assert len(sampler) == len(subset)
     assert seen == [{0, 2, 4}, {1, 3}]
     iid = worker_shard(1, 2, "iid")

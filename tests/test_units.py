@@ -49,8 +49,8 @@ def test_config_rejects(argv, message):
 def test_train_shards_rebuild_the_global_batches():
     """Union over ranks of each rank's k-th batch == the k-th batch of a 1-process run."""
     size, world, per_rank = 96, 3, 4
-    single = [k for k, _ in ShardedSampler(size, 0, 1, shuffle=True, seed=5)]
-    shards = [[k for k, _ in ShardedSampler(size, r, world, shuffle=True, seed=5)]
+    single = [k for k, *_ in ShardedSampler(size, 0, 1, shuffle=True, seed=5)]
+    shards = [[k for k, *_ in ShardedSampler(size, r, world, shuffle=True, seed=5)]
               for r in range(world)]
     assert sorted(single) == list(range(size))
     for step in range(size // (world * per_rank)):
@@ -62,7 +62,7 @@ def test_train_shards_rebuild_the_global_batches():
 def test_train_shards_pad_evenly_and_reshuffle_per_epoch():
     samplers = [ShardedSampler(10, r, 4, shuffle=True, seed=0) for r in range(4)]
     assert [len(s) for s in samplers] == [3] * 4  # 10 padded to 12
-    assert {i for s in samplers for i, _ in s} == set(range(10))
+    assert {i for s in samplers for i, *_ in s} == set(range(10))
     first = list(samplers[0])
     samplers[0].set_epoch(1)
     assert list(samplers[0]) != first
@@ -70,14 +70,15 @@ def test_train_shards_pad_evenly_and_reshuffle_per_epoch():
 
 def test_val_shards_are_exact():
     """No padding: each index on exactly one rank, even when shards differ in size."""
-    shards = [[i for i, _ in ShardedSampler(11, r, 3, shuffle=False, seed=0)] for r in range(3)]
+    shards = [[i for i, *_ in ShardedSampler(11, r, 3, shuffle=False, seed=0)] for r in range(3)]
     assert [len(s) for s in shards] == [4, 4, 3]
     assert sorted(i for s in shards for i in s) == list(range(11))
 
 
 def test_augmentation_seed_depends_on_sample_not_rank():
-    one = dict(ShardedSampler(20, 0, 1, shuffle=True, seed=2))
-    two = dict(k for r in range(2) for k in ShardedSampler(20, r, 2, shuffle=True, seed=2))
+    one = {k.index: k.seed for k in ShardedSampler(20, 0, 1, shuffle=True, seed=2)}
+    two = {k.index: k.seed for r in range(2) for k in ShardedSampler(20, r, 2, shuffle=True,
+                                                                      seed=2)}
     assert one == two
 
 
@@ -96,14 +97,14 @@ def test_linear_lr_scaling():
 
 
 def test_step_schedule_with_warmup():
-    f = LrMultiplier(_cfg(epochs=[90], **{"warmup-epochs": [5]}), steps_per_epoch=10)
+    f = LrMultiplier(_cfg(epochs=[90], **{"warmup-epochs": [5]}), steps_per_epoch=10, peak_lr=0.1)
     assert f(0) == pytest.approx(1 / 50) and f(49) == pytest.approx(1.0)
     assert f(299) == 1.0 and f(300) == pytest.approx(0.1) and f(600) == pytest.approx(0.01)
     assert f(800) == pytest.approx(0.001)
 
 
 def test_cosine_schedule():
-    f = LrMultiplier(_cfg(epochs=[10], **{"lr-schedule": ["cosine"]}), steps_per_epoch=10)
+    f = LrMultiplier(_cfg(epochs=[10], **{"lr-schedule": ["cosine"]}), steps_per_epoch=10, peak_lr=0.1)
     assert f(0) == 1.0 and f(50) == pytest.approx(0.5) and f(100) == pytest.approx(0.0)
 
 
@@ -147,7 +148,7 @@ def _epoch(size, world, start=0, seed=3):
     for rank in range(world):
         sampler = ShardedSampler(size, rank, world, shuffle=True, seed=seed)
         sampler.set_epoch(0, start)
-        shards.append([i for i, _ in sampler])
+        shards.append([i for i, *_ in sampler])
         assert len(sampler) == len(shards[-1])
     return shards
 
@@ -168,7 +169,7 @@ def test_a_mid_epoch_position_in_global_samples_continues_on_any_world_size(befo
     rest = _global_batches(_epoch(size, after, start=done), batch)
     seen = [i for b in first + rest for i in b]
     assert len(seen) == len(set(seen))  # nothing twice
-    single = [i for i, _ in ShardedSampler(size, 0, 1, shuffle=True, seed=3)]
+    single = [i for i, *_ in ShardedSampler(size, 0, 1, shuffle=True, seed=3)]
     assert sorted(seen) == sorted(single[:len(seen)])  # nothing skipped: a prefix of the order
     assert size - len(seen) < batch * after  # only drop_last's tail is left out
 

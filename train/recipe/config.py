@@ -15,7 +15,11 @@ from typing import Any, Optional, Tuple
 
 from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
 
-LR_SCHEDULES = ("step", "cosine")
+LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
+WARMUP_METHODS = ("linear", "constant")
+OPTIMIZERS = ("sgd", "nesterov", "adamw", "rmsprop", "lars", "lamb")
+AUTO_AUGMENT = ("none", "imagenet", "ra", "ta_wide")
+LOSSES = ("ce", "bce")
 DDP_COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 
 # pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
@@ -44,9 +48,12 @@ def parse_slowdown(text: str) -> Tuple[float, ...]:
 
 
 # Help groups, in the order `-h` shows them.
-DATA, MODEL, OPTIMIZATION, PRECISION, DISTRIBUTION, CHECKPOINTING, LOGGING = (
-    "data", "model", "optimization", "precision", "distribution", "checkpointing", "logging")
-HELP_GROUPS = (DATA, MODEL, OPTIMIZATION, PRECISION, DISTRIBUTION, CHECKPOINTING, LOGGING)
+DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION = (
+    "data", "augmentation", "model", "optimization", "regularization", "precision",
+    "distribution")
+CHECKPOINTING, LOGGING = "checkpointing", "logging"
+HELP_GROUPS = (DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION,
+               CHECKPOINTING, LOGGING)
 
 # Entry scripts (registry names) that share strategy-specific options.
 DDP_ENTRIES = ("ddp", "ddp_apex")
@@ -76,15 +83,52 @@ class TrainConfig:
     workers: int = field(default=-1, metadata=opt(
         DATA, "-j", "--workers",
         help="data loading workers per process (-1: derived from the cores)"))
+    config: Optional[str] = field(default=None, metadata=opt(
+        DATA, "--config", help="a preset or a run's saved config (TOML, YAML or JSON; "
+                               "recipes/ has the published recipes): its values become the "
+                               "defaults, and flags on the command line override them"))
     image_size: int = field(default=224, metadata=opt(
-        DATA, "--image-size",
-        help="train crop size; validation resizes to size/0.875 then center-crops"))
+        DATA, "--image-size", "--train-crop-size", help="train crop size"))
+    val_resize_size: int = field(default=0, metadata=opt(
+        DATA, "--val-resize-size",
+        help="validation resizes the shorter side to this (0: val crop / 0.875, e.g. 256 for "
+             "224)"))
+    val_crop_size: int = field(default=0, metadata=opt(
+        DATA, "--val-crop-size", help="validation center crop (0: the train crop size)"))
     synthetic_train_size: int = field(default=1_281_167, metadata=opt(
         DATA, "--synthetic-train-size", help="images per epoch of the synthetic backend"))
     synthetic_val_size: int = field(default=50_000, metadata=opt(
         DATA, "--synthetic-val-size", help="validation images of the synthetic backend"))
     synthetic_classes: int = field(default=1000, metadata=opt(
         DATA, "--synthetic-classes", help="classes of the synthetic backend"))
+
+    # --- augmentation ---------------------------------------------------------------------------
+    auto_augment: str = field(default="none", metadata=opt(
+        AUGMENTATION, "--auto-augment",
+        help="policy after the random crop and flip: imagenet (AutoAugment's ImageNet policy), "
+             "ra (RandAugment, 2 ops at --ra-magnitude), ta_wide (TrivialAugment wide)",
+        choices=AUTO_AUGMENT))
+    ra_magnitude: int = field(default=9, metadata=opt(
+        AUGMENTATION, "--ra-magnitude", help="RandAugment magnitude (of 30 bins)"))
+    random_erase: float = field(default=0.0, metadata=opt(
+        AUGMENTATION, "--random-erase", help="probability of random erasing per training image"))
+    mixup_alpha: float = field(default=0.0, metadata=opt(
+        AUGMENTATION, "--mixup-alpha", help="MixUp's Beta(alpha, alpha) (0: off); with "
+        "--cutmix-alpha too, each batch gets one of the two at random", only=ENGINE_ENTRIES))
+    cutmix_alpha: float = field(default=0.0, metadata=opt(
+        AUGMENTATION, "--cutmix-alpha", help="CutMix's Beta(alpha, alpha) (0: off)",
+        only=ENGINE_ENTRIES))
+    ra_sampler: bool = field(default=False, metadata=opt(
+        AUGMENTATION, "--ra-sampler",
+        help="repeated augmentation: each image appears --ra-reps times per epoch (on "
+             "different ranks, with different crops), the epoch keeps its length"))
+    ra_reps: int = field(default=3, metadata=opt(
+        AUGMENTATION, "--ra-reps", help="copies of each image with --ra-sampler"))
+    progressive_resize: Optional[tuple] = field(default=None, metadata=opt(
+        AUGMENTATION, "--progressive-resize",
+        help="FFCV's progressive resizing: the train crop grows linearly from MIN to MAX "
+             "pixels (multiples of 32) between epochs START and END",
+        nargs=4, type=int, metavar=("MIN", "MAX", "START", "END")))
 
     # --- model ----------------------------------------------------------------------------------
     arch: str = field(default="resnet50", metadata=opt(
@@ -108,21 +152,40 @@ class TrainConfig:
     no_lr_scaling: bool = field(default=False, metadata=opt(
         OPTIMIZATION, "--no-lr-scaling",
         help="use --lr as is, without linear scaling by global batch"))
+    optimizer: str = field(default="sgd", metadata=opt(
+        OPTIMIZATION, "--opt", help="sgd, nesterov (SGD with Nesterov momentum), adamw, "
+        "rmsprop, lars or lamb (the last two from timm.optim)", choices=OPTIMIZERS,
+        only=ENGINE_ENTRIES, elsewhere="the parameter server's update rule is SGD"))
     momentum: float = field(default=0.9, metadata=opt(
-        OPTIMIZATION, "--momentum", help="SGD momentum"))
-    weight_decay: float = field(default=1e-4, metadata=opt(
-        OPTIMIZATION, "--wd", "--weight-decay", help="weight decay"))
-    label_smoothing: float = field(default=0.0, metadata=opt(
-        OPTIMIZATION, "--label-smoothing", help="label smoothing of the cross-entropy loss"))
-    lr_schedule: str = field(default="step", metadata=opt(
+        OPTIMIZATION, "--momentum", help="momentum of sgd, nesterov, rmsprop and lars"))
+    lr_schedule: str = field(default="multistep", metadata=opt(
         OPTIMIZATION, "--lr-schedule",
-        help="step: /10 at --lr-steps epochs; cosine: to 0 at the last epoch",
+        help="step: x --lr-gamma every --lr-step-size epochs; multistep: x --lr-gamma at each "
+             "of --lr-steps; cosine, linear, poly: from the peak to --lr-min at the last epoch",
         choices=LR_SCHEDULES))
     lr_steps: tuple = field(default=(30, 60, 80), metadata=opt(
-        OPTIMIZATION, "--lr-steps", help="epochs where the step schedule divides the lr by 10",
+        OPTIMIZATION, "--lr-steps", help="multistep: the epochs where the lr drops",
         nargs="+", type=int))
+    lr_step_size: int = field(default=30, metadata=opt(
+        OPTIMIZATION, "--lr-step-size", help="step: epochs between drops"))
+    lr_gamma: float = field(default=0.1, metadata=opt(
+        OPTIMIZATION, "--lr-gamma", help="step and multistep: factor of each drop"))
+    lr_min: float = field(default=0.0, metadata=opt(
+        OPTIMIZATION, "--lr-min", help="cosine, linear, poly: the lr at the end (absolute)"))
+    lr_power: float = field(default=2.0, metadata=opt(
+        OPTIMIZATION, "--lr-power", help="poly: the exponent (linear is poly with 1)"))
     warmup_epochs: float = field(default=0.0, metadata=opt(
-        OPTIMIZATION, "--warmup-epochs", help="linear lr warm-up from 0 over this many epochs"))
+        OPTIMIZATION, "--warmup-epochs", help="lr warm-up over this many epochs (may be a "
+                                              "fraction), step by step"))
+    warmup_method: str = field(default="linear", metadata=opt(
+        OPTIMIZATION, "--warmup-method", help="linear: from --warmup-start-factor x lr up to "
+        "lr; constant: --warmup-start-factor x lr throughout", choices=WARMUP_METHODS))
+    warmup_start_factor: float = field(default=0.0, metadata=opt(
+        OPTIMIZATION, "--warmup-start-factor", help="the warm-up's starting fraction of the lr"))
+    clip_grad_norm: Optional[float] = field(default=None, metadata=opt(
+        OPTIMIZATION, "--clip-grad-norm", help="clip the global gradient norm to this "
+        "(measured on the reduced, unscaled gradients)", only=ENGINE_ENTRIES,
+        elsewhere="the parameter server does not clip"))
     grad_accum: int = field(default=1, metadata=opt(
         OPTIMIZATION, "--grad-accum", "--batches-per-allreduce",
         help="micro-batches accumulated per optimizer step (Horovod's name: batches per "
@@ -137,6 +200,35 @@ class TrainConfig:
                                      "every run is seeded, and its log records the seed"))
     deterministic: bool = field(default=False, metadata=opt(
         OPTIMIZATION, "--deterministic", help="use deterministic algorithms (slower on GPU)"))
+
+    # --- regularization -------------------------------------------------------------------------
+    weight_decay: float = field(default=1e-4, metadata=opt(
+        REGULARIZATION, "--wd", "--weight-decay", help="weight decay"))
+    norm_weight_decay: Optional[float] = field(default=None, metadata=opt(
+        REGULARIZATION, "--norm-weight-decay",
+        help="weight decay of normalisation layers' weights and biases (default: --wd)",
+        only=ENGINE_ENTRIES, elsewhere="the parameter server decays every parameter alike"))
+    bias_weight_decay: Optional[float] = field(default=None, metadata=opt(
+        REGULARIZATION, "--bias-weight-decay",
+        help="weight decay of the other layers' biases (default: --wd)", only=ENGINE_ENTRIES,
+        elsewhere="the parameter server decays every parameter alike"))
+    label_smoothing: float = field(default=0.0, metadata=opt(
+        REGULARIZATION, "--label-smoothing", help="label smoothing of the loss"))
+    loss: str = field(default="ce", metadata=opt(
+        REGULARIZATION, "--loss", help="ce: softmax cross-entropy; bce: binary cross-entropy "
+        "per class on the (smoothed, mixed) targets, as in timm's ResNet strikes back",
+        choices=LOSSES, only=ENGINE_ENTRIES))
+    model_ema: bool = field(default=False, metadata=opt(
+        REGULARIZATION, "--model-ema", help="keep an exponential moving average of the "
+        "weights, validated and checkpointed with the model", only=ENGINE_ENTRIES))
+    model_ema_steps: int = field(default=32, metadata=opt(
+        REGULARIZATION, "--model-ema-steps", help="update the average every N optimizer "
+                                                  "steps", only=ENGINE_ENTRIES))
+    model_ema_decay: float = field(default=0.99998, metadata=opt(
+        REGULARIZATION, "--model-ema-decay",
+        help="torchvision's definition, kept so that its recipes carry over: each update "
+             "keeps 1 - (1 - decay) x global batch x --model-ema-steps / --epochs of the "
+             "average", only=ENGINE_ENTRIES))
 
     # --- precision ------------------------------------------------------------------------------
     opt_level: str = field(default="O0", metadata=opt(

@@ -11,17 +11,20 @@ import time
 from typing import Dict, Iterator, Optional
 
 import torch
-import torch.nn as nn
 
 from . import checkpoint, lifecycle
 from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
+from .ema import ModelEMA, ema_decay_per_update
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
+from .optim import build_optimizer
+from .precision import Precision
 from .progress import RunClock, duration
 from .registry import ENTRIES
 from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
+from .targets import build_criterion, build_mixer
 from .validation import evaluate
 
 
@@ -58,17 +61,21 @@ class Trainer:
                                                        cfg.pretrained))
         self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
         self.lr = scaled_lr(cfg, self.global_batch)
-        params = [p for _, p in strategy.named_optimizer_params()]
-        self.optimizer = strategy.setup_optimizer(torch.optim.SGD(
-            params, lr=self.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay))
+        self.optimizer = strategy.setup_optimizer(build_optimizer(
+            cfg, strategy.module, strategy.named_optimizer_params(), self.lr))
         self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         if self.steps_per_epoch == 0 and not cfg.evaluate:
             raise UsageError(f"the training set is too small for one step of global batch "
                              f"{self.global_batch}: lower -b/--batch-size or --grad-accum")
-        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch)
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch, self.lr)
+        self.criterion = build_criterion(cfg, self.num_classes)
+        self.mixer = build_mixer(cfg, self.num_classes)
+        # The average of the bare model's weights; validated in fp32 (float64 with --float64).
+        self.ema = ModelEMA(strategy.module, ema_decay_per_update(cfg, self.global_batch),
+                            cfg.model_ema_steps) if cfg.model_ema else None
+        self.ema_precision = Precision(float64=cfg.float64)
         if resume_state:
             self._restore(resume_state)
 
@@ -86,6 +93,8 @@ class Trainer:
 
     def _restore(self, state: dict) -> None:
         self.strategy.load_module_state_dict(state["model"])
+        if self.ema is not None and state.get("model_ema"):
+            self.ema.load_state_dict(state["model_ema"])
         if self.cfg.evaluate:
             # Named as the training run named them: an end-of-epoch checkpoint holds the epoch
             # to run next, its weights are those of the epoch before.
@@ -236,10 +245,12 @@ class Trainer:
             t = time.perf_counter()
             images, targets = next(batches)
             data_time += time.perf_counter() - t
+            # MixUp / CutMix: the loss sees soft targets; accuracy is scored on the labels.
+            images, goal = self.mixer(images, targets) if self.mixer else (images, targets)
             with strategy.micro_step(last=micro == cfg.grad_accum - 1):
                 with precision.forward_context():
                     output = self.model(precision.convert_input(images))
-                loss = self.criterion(precision.convert_output(output), targets)
+                loss = self.criterion(precision.convert_output(output), goal)
                 strategy.backward(loss / cfg.grad_accum)
             correct1, correct5 = correct_topk(output, targets)
             meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
@@ -249,6 +260,10 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         self.samples_seen += self.global_batch
+        if self.ema is not None:
+            # torchvision's references restart the average throughout the lr warm-up.
+            self.ema.update(strategy.module, dict(strategy.named_optimizer_params()), self.step,
+                            restart=self.epoch < cfg.warmup_epochs)
         return data_time
 
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
@@ -284,7 +299,19 @@ class Trainer:
                        f"({stats['count']} images, {stats['seconds']:.1f}s)" + (
                            "" if self.cfg.evaluate else
                            f"  best top1 {max(self.best_top1, stats['top1']):.3f}"))
+        if self.ema is not None:
+            self.validate_ema()
         return stats
+
+    def validate_ema(self) -> None:
+        """The moving average, scored like the model (it is not what `best` refers to)."""
+        self.strategy.share_buffers(self.ema.module)
+        stats = evaluate(self.ema.module, self.val_loader, self.device, self.criterion,
+                         self.ema_precision, self.strategy.all_reduce_sum)
+        self.log.write("val_ema", epoch=self.epoch, step=self.step,
+                       samples_seen=self.samples_seen, **stats)
+        self.log.print(f" * Val epoch {self.epoch} EMA: loss {stats['loss']:.4f}  "
+                       f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}")
 
     def _sum_over_ranks(self, value: float) -> float:
         """One number summed over all ranks (collective: every rank must call it)."""
@@ -335,6 +362,7 @@ class Trainer:
             "epoch_step": epoch_step or 0, "epoch_samples": (epoch_step or 0) * self.global_batch,
             "step": self.step, "samples_seen": self.samples_seen, "best_top1": self.best_top1,
             "model": model_state, "optimizer": optimizer_state,
+            "model_ema": self.ema.state_dict() if self.ema is not None else None,
             "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),

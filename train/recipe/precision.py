@@ -53,19 +53,26 @@ class StaticLossScaler:
 
     def __init__(self, scale: float):
         self.scale_value = float(scale)
+        self._found_inf: Optional[torch.Tensor] = None  # set by unscale_, used by step
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return loss * self.scale_value
 
-    def step(self, optimizer: torch.optim.Optimizer) -> Optional[float]:
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the gradients by the scale in place and note whether any is not finite."""
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
-            return None
+            return
         # One fused unscale + non-finite check, and a single host sync for the whole model.
-        found_inf = torch.zeros(1, device=grads[0].device)
+        self._found_inf = torch.zeros(1, device=grads[0].device)
         inv_scale = torch.full((1,), 1.0 / self.scale_value, device=grads[0].device)
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
-        if found_inf.item() != 0:
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, self._found_inf, inv_scale)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> Optional[float]:
+        if self._found_inf is None:
+            self.unscale_(optimizer)
+        found_inf, self._found_inf = self._found_inf, None
+        if found_inf is None or found_inf.item() != 0:  # no gradients, or an overflow
             return None
         return optimizer.step()
 
@@ -95,12 +102,14 @@ class Precision:
     """
 
     def __init__(self, opt_level: str = "O0", amp_dtype: str = "auto",
-                 loss_scale: Optional[str] = None, float64: bool = False):
+                 loss_scale: Optional[str] = None, float64: bool = False,
+                 clip_grad_norm: Optional[float] = None):
         if float64 and opt_level != "O0":
             raise UsageError(f"--float64 runs O0 in float64; it cannot be combined with "
                              f"--opt-level {opt_level}")
         self.opt_level, self.amp_dtype = opt_level, amp_dtype
         self.loss_scale_arg, self.float64 = loss_scale, float64
+        self.clip_grad_norm = clip_grad_norm
         self.half: Optional[torch.dtype] = None
         self.scaler = torch.amp.GradScaler("cpu", enabled=False)
         # O2: (half model parameter, fp32 master parameter) pairs. fp32 parameters (norm layers)
@@ -109,7 +118,8 @@ class Precision:
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Precision":
-        return cls(cfg.opt_level, cfg.amp_dtype, cfg.loss_scale, cfg.float64)
+        return cls(cfg.opt_level, cfg.amp_dtype, cfg.loss_scale, cfg.float64,
+                   cfg.clip_grad_norm)
 
     def bind(self, device: torch.device, notice=print) -> None:
         """Resolve the half type and the loss scaler for `device` (UsageError if the requested
@@ -237,9 +247,14 @@ class Precision:
             p.grad = None
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscale (if scaling), skip the step on overflow, update, and under O2 copy the
-        masters back into the half model. Every gradient must already be reduced, and under
-        O2 moved into the masters by `accumulate_grads` (the strategy does both)."""
+        """Unscale (if scaling), clip (--clip-grad-norm), skip the step on overflow, update,
+        and under O2 copy the masters back into the half model. Every gradient must already be
+        reduced, and under O2 moved into the masters by `accumulate_grads` (the strategy does
+        both), so the norm is the global one, the same on every rank."""
+        if self.clip_grad_norm is not None:
+            self.scaler.unscale_(optimizer)  # a no-op when not scaling
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         self.scaler.step(optimizer)
         self.scaler.update()
         if self._master_pairs:

@@ -20,6 +20,7 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
   kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped (parameter
                  server: also train_elapsed, when the evaluated weights were taken; its
                  stand-alone evaluator: checkpoint)
+  kind="val_ema"  with --model-ema: the moving average's validation, the fields of "val"
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     last record (lifecycle.write_end_record): epoch, step, best_top1, reason
                  ("finished", "preempted by SIGUSR1", "failed: ...", "reached --desired-acc
@@ -35,6 +36,7 @@ so far (all processes), whatever the world size or batch.
 TensorBoard (the same run dir), written from these records by `RunLog.write`:
   scalars  x-axis = samples_seen, so runs of any world size overlay. Tags (TB_SCALARS below):
            eval/loss, eval/top1, eval/top5, eval/img_s (validation; sorts first),
+           eval_ema/loss, eval_ema/top1, eval_ema/top5 (the --model-ema average),
            train/... (each print interval, plus train/step, the optimizer step),
            train_epoch/... (each epoch), final/best_top1 (at the end), worker<N>/... (PS)
   text     run/config (listed as run/config/text_summary): the run record, config included,
@@ -61,6 +63,7 @@ from .machine import cpu_model, git_commit
 # TensorBoard sorts groups by name: validation is "eval" so that it comes first.
 TB_SCALARS = {
     "val": ("eval", ("loss", "top1", "top5", "img_s")),
+    "val_ema": ("eval_ema", ("loss", "top1", "top5")),
     "train": ("train", ("loss", "top1", "top5", "lr", "img_s", "img_s_per_proc", "data_time",
                         "step_time", "loss_scale", "step")),
     "train_epoch": ("train_epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),

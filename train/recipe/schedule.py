@@ -1,7 +1,15 @@
-"""Learning-rate schedule: linear scaling by global batch, linear warm-up, then step or cosine.
+"""Learning-rate schedule: linear scaling by global batch, a warm-up, then one decay shape.
 
-Implemented as a per-optimizer-step multiplier for LambdaLR, so warm-up is smooth within an epoch
-and the scheduler's position is part of the checkpoint.
+  step       x --lr-gamma every --lr-step-size epochs (torchvision's StepLR)
+  multistep  x --lr-gamma at each epoch of --lr-steps (Goyal et al.: 30, 60, 80)
+  cosine     half a cosine from the peak down to --lr-min (NVIDIA's and torchvision V2's)
+  linear     a straight line down to --lr-min
+  poly       (1 - progress) ** --lr-power, down to --lr-min
+
+The decay starts after the warm-up and ends at the last step of the last epoch. Everything is a
+per-optimizer-step multiplier of the peak lr for LambdaLR, so the warm-up is smooth within an
+epoch and the schedule is a pure function of the step: a resumed run (on any number of
+processes) puts it where it belongs with `set_position`.
 """
 from __future__ import annotations
 
@@ -18,29 +26,41 @@ def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
 
 
 class LrMultiplier:
-    """step -> multiplier of the base lr, a pure function of the optimizer step and the config."""
+    """step -> multiplier of the peak lr, a pure function of the optimizer step and the config.
+    `peak_lr` (the scaled --lr) turns the absolute --lr-min into a fraction of it."""
 
-    def __init__(self, cfg: TrainConfig, steps_per_epoch: int):
-        self.schedule = cfg.lr_schedule
-        self.milestones = tuple(cfg.lr_steps)
+    def __init__(self, cfg: TrainConfig, steps_per_epoch: int, peak_lr: float):
+        self.cfg = cfg
         self.steps_per_epoch = max(steps_per_epoch, 1)
         self.warmup_steps = int(round(cfg.warmup_epochs * self.steps_per_epoch))
         self.total_steps = cfg.epochs * self.steps_per_epoch
+        self.floor = min(cfg.lr_min / peak_lr, 1.0) if peak_lr > 0 else 0.0
 
     def __call__(self, step: int) -> float:
+        cfg = self.cfg
         if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
-        if self.schedule == "cosine":
-            span = max(self.total_steps - self.warmup_steps, 1)
-            progress = min((step - self.warmup_steps) / span, 1.0)
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        epoch = step / self.steps_per_epoch
-        return 0.1 ** sum(epoch >= m for m in self.milestones)
+            start = cfg.warmup_start_factor
+            if cfg.warmup_method == "constant":
+                return start
+            return start + (1.0 - start) * (step + 1) / self.warmup_steps
+        if cfg.lr_schedule in ("step", "multistep"):
+            epoch = step / self.steps_per_epoch
+            drops = (int(epoch // cfg.lr_step_size) if cfg.lr_schedule == "step"
+                     else sum(epoch >= m for m in cfg.lr_steps))
+            return cfg.lr_gamma ** drops
+        span = max(self.total_steps - self.warmup_steps, 1)
+        progress = min((step - self.warmup_steps) / span, 1.0)
+        if cfg.lr_schedule == "cosine":
+            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+        else:  # linear, poly
+            shape = (1.0 - progress) ** (1.0 if cfg.lr_schedule == "linear" else cfg.lr_power)
+        return self.floor + (1.0 - self.floor) * shape
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
-    multiplier = LrMultiplier(cfg, steps_per_epoch)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int,
+                    peak_lr: float):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer,
+                                             LrMultiplier(cfg, steps_per_epoch, peak_lr))
 
 
 def set_position(scheduler, step: int) -> None:

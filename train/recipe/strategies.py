@@ -99,6 +99,10 @@ class Strategy:
         shards differ in size and a collective in forward would wait forever."""
         return self.model
 
+    def share_buffers(self, module: nn.Module) -> None:
+        """Give every rank rank 0's buffers of `module` (collective). Each rank updates its
+        BatchNorm running statistics with its own batches, and checkpoints hold rank 0's."""
+
     def module_state_dict(self) -> dict:
         """Called on every rank (a sharding strategy would gather here)."""
         return self.precision.module_state_dict(self.module)
@@ -362,9 +366,12 @@ class DDPStrategy(Strategy):
         # shards differ in length), but first give every rank rank 0's buffers: each rank has
         # updated its BatchNorm running stats with its own batches since the last broadcast,
         # and the checkpoint holds rank 0's, so that is the model validation must score.
-        for buffer in self.module.buffers():
-            dist.broadcast(buffer, src=0)
+        self.share_buffers(self.module)
         return self.module
+
+    def share_buffers(self, module: nn.Module) -> None:
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
 
     def _no_sync(self):
         # DDP: skip the gradient all-reduce on accumulation micro-steps.
@@ -513,8 +520,11 @@ class HorovodStrategy(Strategy):
 
     def eval_model(self) -> nn.Module:
         # Horovod: like DDP, validate with rank 0's BatchNorm running statistics.
-        self._broadcast_from_rank0(self.module.named_buffers())
+        self.share_buffers(self.module)
         return self.model
+
+    def share_buffers(self, module: nn.Module) -> None:
+        self._broadcast_from_rank0(module.named_buffers())
 
     def _broadcast_from_rank0(self, named_tensors) -> None:
         """In place, like hvd.broadcast_parameters, but Horovod 0.28 has no bfloat16

@@ -3,6 +3,8 @@
     sampling.py   Shard (what a loader knows of its process) and ShardedSampler (which samples,
                   in which order: the same global order for any number of processes)
     folders.py    the train/ and val/ ImageFolder trees, read as uint8
+    augment.py    the pytorch backend's transforms (crop, flip, auto-augment, erasing) and the
+                  crop sizes every backend shares
     pytorch.py    --data-backend pytorch: torchvision decoding in DataLoader workers
     synthetic.py  --data-backend synthetic / --dummy: one random batch on the device
     dali.py       --data-backend dali-cpu | dali-gpu: NVIDIA DALI pipelines
@@ -22,7 +24,8 @@ import torch
 
 from ..config import TrainConfig
 from ..registry import DATA_BACKENDS
-from .folders import IMAGENET_MEAN, IMAGENET_STD, read_image_uint8, val_resize_size
+from .augment import IMAGENET_MEAN, IMAGENET_STD, val_resize_size
+from .folders import read_image_uint8
 from .sampling import Shard, ShardedSampler, sample_seed
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Shard", "ShardedSampler", "build_loaders",

@@ -34,23 +34,25 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..config import TrainConfig, UsageError
-from .folders import IMAGENET_MEAN, IMAGENET_STD, image_folders, val_resize_size
-from .pytorch import cores_per_process
+from .augment import IMAGENET_MEAN, IMAGENET_STD, val_sizes
+from .dali_augment import apply_policy, random_erase
+from .folders import image_folders
+from .pytorch import cores_per_process, train_sampling
 from .sampling import Shard, ShardedSampler, sample_seed
 
 DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
 
 
 def import_dali():
-    """-> (fn, types, Pipeline, DALIGenericIterator, LastBatchPolicy), or a UsageError that
-    says what to install."""
+    """-> (fn, types, pipeline_def, DALIGenericIterator, LastBatchPolicy), or a UsageError
+    that says what to install."""
     try:
-        from nvidia.dali import Pipeline, fn, types
+        from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
     except ImportError as err:
         raise UsageError(f"--data-backend dali-* needs NVIDIA DALI ({err}): pip install "
                          f"{DALI_PIP_PACKAGE} (it also runs CPU-only, without a GPU)") from None
-    return fn, types, Pipeline, DALIGenericIterator, LastBatchPolicy
+    return fn, types, pipeline_def, DALIGenericIterator, LastBatchPolicy
 
 
 def dali_placement(backend: str, device: torch.device) -> Tuple[str, str, Optional[int]]:
@@ -103,14 +105,15 @@ class DaliLoader:
 
     def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
                  shard: Shard, device: torch.device, threads: int):
-        self.fn, self.types, self.Pipeline, self.Iterator, self.LastBatchPolicy = import_dali()
+        self.fn, self.types, self.pipeline_def, self.Iterator, self.LastBatchPolicy = (
+            import_dali())
         self.samples, self.train, self.cfg, self.device = samples, train, cfg, device
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
         self.seed = cfg.seed
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
-                                      seed=self.seed)
+                                      seed=self.seed, **train_sampling(cfg, train))
         self.channels_last = cfg.channels_last
         self.num_samples = len(self.sampler)
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
@@ -128,16 +131,18 @@ class DaliLoader:
 
     def files_for_pass(self) -> Tuple[List[str], List[int]]:
         """This rank's files and labels for the current epoch, in reading order."""
-        picked = [self.samples[index] for index, _ in self.sampler]
+        picked = [self.samples[key.index] for key in self.sampler]
         return [path for path, _ in picked], [label for _, label in picked]
 
     def pipeline(self, files: List[str], labels: List[int]):
         """A DALI pipeline reading `files` in this order, with this split's augmentation."""
-        fn, types, size = self.fn, self.types, self.cfg.image_size
+        fn, types, cfg = self.fn, self.types, self.cfg
+        crop = self.sampler.crop_of_epoch(self.epoch) if self.sampler.crop_of_epoch else None
+        size = crop or cfg.image_size
+        val_resize, val_crop = val_sizes(cfg)
         seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per epoch and rank
-        pipe = self.Pipeline(batch_size=self.batch_size, num_threads=self.threads,
-                             device_id=self.device_id, seed=seed)
-        with pipe:
+
+        def graph():
             encoded, targets = fn.readers.file(files=files, labels=labels, name="Reader",
                                                random_shuffle=False, pad_last_batch=True)
             if self.train:
@@ -149,17 +154,23 @@ class DaliLoader:
                 images = self._to_augment_device(images)
                 images = fn.resize(images, resize_x=size, resize_y=size)
                 flip_or_crop = {"mirror": fn.random.coin_flip(probability=0.5)}
+                images = apply_policy(images, cfg, size)
             else:
                 images = fn.decoders.image(encoded, device=self.decoder, output_type=types.RGB)
                 images = self._to_augment_device(images)
-                images = fn.resize(images, resize_shorter=val_resize_size(size))
-                flip_or_crop = {"crop": (size, size)}  # centre crop
+                images = fn.resize(images, resize_shorter=val_resize)
+                flip_or_crop = {"crop": (val_crop, val_crop)}  # centre crop
             images = fn.crop_mirror_normalize(
                 images, dtype=types.FLOAT, output_layout="HWC" if self.channels_last else "CHW",
                 mean=[255 * m for m in IMAGENET_MEAN], std=[255 * s for s in IMAGENET_STD],
                 **flip_or_crop)
-            pipe.set_outputs(images, targets)
-        return pipe
+            if self.train and cfg.random_erase > 0:
+                images = random_erase(images, cfg.random_erase, fn, types)
+            return images, targets
+
+        # Conditionals: the auto-augment policies choose an operation per sample with `if`s.
+        return self.pipeline_def(graph, enable_conditionals=True, batch_size=self.batch_size,
+                                 num_threads=self.threads, device_id=self.device_id, seed=seed)()
 
     def _to_augment_device(self, images):
         return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images

@@ -5,25 +5,17 @@ take the file lists and decode themselves).
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
-from typing import Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 import torchvision
 from torchvision.io import ImageReadMode, decode_image
-from torchvision.transforms import v2
 
 from ..config import TrainConfig, UsageError
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-VAL_CROP_RATIO = 0.875  # 224 crop out of a 256 resize
-
-
-def val_resize_size(image_size: int) -> int:
-    return int(round(image_size / VAL_CROP_RATIO))
-
+from .augment import train_transform, val_transform
 
 
 def read_image_uint8(path: str) -> torch.Tensor:
@@ -32,7 +24,8 @@ def read_image_uint8(path: str) -> torch.Tensor:
 
 
 class ImageFolderUint8(torchvision.datasets.ImageFolder):
-    """ImageFolder whose samples are uint8 tensors, keyed by (index, augmentation seed).
+    """ImageFolder whose samples are uint8 tensors, keyed by `SampleKey`s (index, augmentation
+    seed, crop size).
 
     A file that cannot be decoded never raises in a worker (that would kill this rank and leave
     the others waiting). Training replaces it with the next readable sample, so every batch keeps
@@ -40,12 +33,16 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
     counted twice. Either way the collate function counts it.
     """
 
-    def __init__(self, root: str, transform, replace_unreadable: bool):
-        super().__init__(root, transform=transform, loader=read_image_uint8)
+    def __init__(self, root: str, make_transform: Callable[[Optional[int]], Callable],
+                 replace_unreadable: bool):
+        """`make_transform(crop)`: the transform for a key's crop size (None: the default)."""
+        super().__init__(root, loader=read_image_uint8)
+        # One transform per crop size (progressive resizing changes it between epochs).
+        self.transform_for = functools.lru_cache(maxsize=None)(make_transform)
         self.replace_unreadable = replace_unreadable
 
     def __getitem__(self, key):
-        index, seed = key
+        index, seed, crop = key
         for unreadable in range(len(self.samples)):
             path, target = self.samples[(index + unreadable) % len(self.samples)]
             try:
@@ -54,7 +51,7 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
                 # ~100x more. fork_rng restores the CPU RNG for a loader in the main process.
                 with torch.random.fork_rng(devices=[]):
                     torch.random.default_generator.manual_seed(seed)
-                    return self.transform(self.loader(path)), target, unreadable
+                    return self.transform_for(crop)(self.loader(path)), target, unreadable
             except Exception as err:  # corrupt, truncated or not an image
                 warnings.warn(f"skipping unreadable image {path}: {err}")
                 if not self.replace_unreadable:
@@ -73,21 +70,11 @@ def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
     return images, targets, skipped
 
 
-def train_transform(image_size: int):
-    return v2.Compose([v2.RandomResizedCrop(image_size, antialias=True),
-                       v2.RandomHorizontalFlip()])
-
-
-def val_transform(image_size: int):
-    return v2.Compose([v2.Resize(val_resize_size(image_size), antialias=True),
-                       v2.CenterCrop(image_size)])
-
-
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 PREPARE_VAL = "data/prepare_imagenet_val.py"
 
 
-def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolderUint8:
+def _image_folder(root: Path, make_transform, replace_unreadable: bool) -> ImageFolderUint8:
     if not root.is_dir():
         raise UsageError(f"{root} is missing: the dataset folder needs train/ and val/, each "
                          "with one sub-folder of images per class (ImageNet's layout)")
@@ -100,7 +87,7 @@ def _image_folder(root: Path, transform, replace_unreadable: bool) -> ImageFolde
             f"into class folders with: python {PREPARE_VAL} {root} --labels <devkit, "
             "LOC_val_solution.csv or a labels file> (see its --help)")
     try:
-        return ImageFolderUint8(str(root), transform, replace_unreadable)
+        return ImageFolderUint8(str(root), make_transform, replace_unreadable)
     except (FileNotFoundError, RuntimeError) as err:
         raise UsageError(f"{root}: {err}. Expected one sub-folder per class holding images "
                          "(a small example: python data/make_synthetic.py DIR)") from None
@@ -115,8 +102,8 @@ def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]
                          "holds train/ and val/ (extract an archive first)")
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
-    train_set = _image_folder(root / "train", train_transform(cfg.image_size), True)
-    val_set = _image_folder(root / "val", val_transform(cfg.image_size), False)
+    train_set = _image_folder(root / "train", functools.partial(train_transform, cfg), True)
+    val_set = _image_folder(root / "val", functools.partial(val_transform, cfg), False)
     if val_set.classes != train_set.classes:
         missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]
         raise UsageError(f"{root}: val/ and train/ class folders differ (e.g. {missing})")

@@ -7,6 +7,7 @@ ImageNet recipes do.
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing
 import os
 import signal
@@ -16,7 +17,8 @@ from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
 from ..machine import cpu_cores
-from .folders import IMAGENET_MEAN, IMAGENET_STD, collate_uint8, image_folders
+from .augment import IMAGENET_MEAN, IMAGENET_STD, progressive_crop
+from .folders import collate_uint8, image_folders
 from .sampling import Shard, ShardedSampler
 
 
@@ -109,6 +111,15 @@ def default_workers(local_world: int) -> int:
     return max(1, min(8, cores_per_process(local_world) - 1))
 
 
+def train_sampling(cfg: TrainConfig, train: bool) -> dict:
+    """The training sampler's recipe options: repeated augmentation, progressive resizing."""
+    if not train:
+        return {}
+    crop_of_epoch = (functools.partial(progressive_crop, cfg) if cfg.progressive_resize
+                     else None)
+    return {"repeats": cfg.ra_reps if cfg.ra_sampler else 1, "crop_of_epoch": crop_of_epoch}
+
+
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     train_set, val_set = image_folders(cfg)
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
@@ -117,7 +128,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
 
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
-                                 seed=seed, subset=subset)
+                                 seed=seed, subset=subset, **train_sampling(cfg, shuffle))
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_uint8,
                             pin_memory=device.type == "cuda", drop_last=drop_last,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import Sampler
@@ -36,13 +36,21 @@ class Shard:
     train_subset: Optional[Callable[[Sequence[int]], List[int]]] = None
 
 
-def sample_seed(seed: int, epoch: int, index: int) -> int:
-    """The augmentation seed of one sample in one epoch (independent of rank and worker)."""
-    return (seed * 1_000_003 + epoch * 7_919 + index * 104_729) % (2 ** 63)
+def sample_seed(seed: int, epoch: int, index: int, copy: int = 0) -> int:
+    """The augmentation seed of one sample in one epoch (independent of rank and worker);
+    `copy`: which repetition of it under --ra-sampler (each gets its own crop)."""
+    return (seed * 1_000_003 + epoch * 7_919 + index * 104_729 + copy * 15_485_863) % (2 ** 63)
+
+
+class SampleKey(NamedTuple):
+    """What the sampler hands the dataset for one sample."""
+    index: int
+    seed: int                # its augmentation randomness (sample_seed)
+    crop: Optional[int]      # the train crop size of this epoch (None: the dataset's default)
 
 
 class ShardedSampler(Sampler):
-    """Yields `(index, augmentation_seed)` keys for this rank's shard of one epoch.
+    """Yields a `SampleKey` for each sample of this rank's shard of one epoch.
 
     train: a permutation seeded by (seed, epoch) only, so every world size walks the same global
            order. Rank r of W takes positions r, r+W, r+2W, ... (padded to a multiple of W by
@@ -53,34 +61,47 @@ class ShardedSampler(Sampler):
     The position inside the epoch is counted in GLOBAL samples (`set_epoch(epoch, start)`: the
     first `start` samples of the global order are done), so a run stopped mid-epoch continues
     on any number of processes with no sample repeated or lost.
+
+    Repeated augmentation (`repeats` > 1, train only): the global order lists each image of
+    the permutation `repeats` times in a row, cut to the epoch's usual length, so consecutive
+    copies land on different ranks (rank r takes r, r+W, ...) and the epoch keeps its number
+    of steps; each copy has its own augmentation seed. (torchvision's RASampler does the same
+    per rank; here it is one global order, so it keeps the properties above.)
     """
 
     def __init__(self, size: int, rank: int, world: int, shuffle: bool, seed: int,
-                 subset: Optional[Sequence[int]] = None):
-        """`subset`: sample only these dataset indices (a parameter-server worker's classes)."""
+                 subset: Optional[Sequence[int]] = None, repeats: int = 1,
+                 crop_of_epoch: Optional[Callable[[int], Optional[int]]] = None):
+        """`subset`: sample only these dataset indices (a parameter-server worker's classes);
+        `crop_of_epoch`: epoch -> train crop size (progressive resizing)."""
         self.subset = list(subset) if subset is not None else None
         self.size = len(self.subset) if subset is not None else size
         self.rank, self.world = rank, world
         self.shuffle, self.seed, self.epoch, self.start = shuffle, seed, 0, 0
+        self.repeats = repeats if shuffle else 1
+        self.crop_of_epoch = crop_of_epoch
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Select the epoch; `start`: global samples of it already trained on (by all ranks)."""
         self.epoch, self.start = epoch, start
 
-    def _remaining_order(self) -> List[int]:
-        """The epoch's global order from `start` on (train: padded to a multiple of W)."""
+    def _remaining_order(self) -> List[Tuple[int, int]]:
+        """(position, copy) pairs of the epoch's global order from `start` on (train: padded
+        to a multiple of W)."""
         if not self.shuffle:
-            return list(range(self.size))[self.start:]
+            return [(p, 0) for p in range(self.size)][self.start:]
         g = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        order = torch.randperm(self.size, generator=g).tolist()
+        order = [(p, copy) for p in torch.randperm(self.size, generator=g).tolist()
+                 for copy in range(self.repeats)][:self.size]
         rest = order[self.start:]
         padding = (-len(rest)) % self.world
         return rest + (order * math.ceil(padding / max(len(order), 1)))[:padding]
 
-    def __iter__(self) -> Iterator[Tuple[int, int]]:
-        for position in self._remaining_order()[self.rank::self.world]:
+    def __iter__(self) -> Iterator[SampleKey]:
+        crop = self.crop_of_epoch(self.epoch) if self.crop_of_epoch else None
+        for position, copy in self._remaining_order()[self.rank::self.world]:
             index = self.subset[position] if self.subset is not None else position
-            yield index, sample_seed(self.seed, self.epoch, index)
+            yield SampleKey(index, sample_seed(self.seed, self.epoch, index, copy), crop)
 
     def __len__(self) -> int:
         remaining = max(self.size - self.start, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..config import TrainConfig
+from .augment import val_sizes
 from .sampling import Shard
 
 
@@ -42,8 +43,10 @@ class SyntheticLoader:
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     common = dict(batch_size=cfg.batch_size, num_classes=cfg.synthetic_classes,
-                  image_size=cfg.image_size, rank=shard.rank, world=shard.world_size,
+                  rank=shard.rank, world=shard.world_size,
                   device=device, channels_last=cfg.channels_last, seed=cfg.seed)
-    return (SyntheticLoader(cfg.synthetic_train_size, train=True, **common),
-            SyntheticLoader(cfg.synthetic_val_size, train=False, **common),
+    return (SyntheticLoader(cfg.synthetic_train_size, train=True, image_size=cfg.image_size,
+                            **common),
+            SyntheticLoader(cfg.synthetic_val_size, train=False, image_size=val_sizes(cfg)[1],
+                            **common),
             cfg.synthetic_classes)

@@ -138,7 +138,7 @@ class ParameterServer:
             self.samples_per_epoch = sum(self._registered.values()) * self.cfg.batch_size
             # The schedule counts sync-sized steps (N batches), whatever the mode.
             self.schedule = LrMultiplier(self.cfg, max(1, self.samples_per_epoch // (
-                self.cfg.batch_size * self.workers)))
+                self.cfg.batch_size * self.workers)), self.base_lr)
             if self._resumed_at is not None:
                 # The checkpoint's epoch and position in it, not its sample count divided by
                 # this run's epoch length: another number of workers gives another length.
