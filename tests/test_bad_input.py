@@ -101,18 +101,19 @@ def _help(script: str) -> str:
 
 
 @pytest.mark.parametrize("script,absent", [
-    ("nd.py", ["--ddp-comm-hook", "--fp16-allreduce", "--sync-bn", "--dist-timeout", "--mode"]),
-    ("ddp.py", ["--fp16-allreduce", "--mode", "--evaluator"]),
+    ("nd.py", ["--ddp-comm-hook", "--fp16-allreduce", "--sync-bn", "--dist-timeout", "--mode "]),
+    ("ddp.py", ["--fp16-allreduce", "--mode ", "--evaluator"]),
     ("hvd.py", ["--ddp-comm-hook", "--powersgd-rank", "--dist-timeout"]),
     ("ps.py", ["--opt-level", "--amp-dtype", "--loss-scale", "--ddp-comm-hook", "--grad-accum",
-               "--sync-bn", "--compile", "--evaluate", "--num-servers", "dali-cpu"]),
+               "--sync-bn", "--compile", "--evaluate", "--num-servers", "dali-cpu", "--opt ",
+               "--model-ema", "--mixup-alpha", "--clip-grad-norm", "--norm-weight-decay"]),
 ])
 def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):
     text = " ".join(_help(script).split(" "))
     headings = [line for line in text.splitlines() if line.endswith(" options:")]
-    expected = ["data options:", "model options:", "optimization options:",
-                "precision options:", "distribution options:", "checkpointing options:",
-                "logging options:"] + (["parameter server options:"] if script == "ps.py" else [])
+    expected = ["data options:", "augmentation options:", "model options:",
+                "optimization options:", "regularization options:", "precision options:",
+                "distribution options:", "checkpointing options:", "logging options:"] + (["parameter server options:"] if script == "ps.py" else [])
     assert headings == expected, headings
     for flag in absent:
         assert flag not in text, f"{script} -h lists {flag}"

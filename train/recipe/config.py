@@ -135,6 +135,9 @@ class TrainConfig:
         MODEL, "-a", "--arch", help="torchvision model name, e.g. resnet18, resnet50"))
     pretrained: Optional[str] = field(default=None, metadata=opt(
         MODEL, "--pretrained", help="path of a local weights file (state_dict) to start from"))
+    zero_init_residual: bool = field(default=False, metadata=opt(
+        MODEL, "--zero-init-residual", help="start the last BatchNorm of each residual block "
+                                            "at zero (ResNet family; Goyal et al.)"))
     channels_last: bool = field(default=False, metadata=opt(
         MODEL, "--channels-last",
         help="use the channels_last memory format (faster on tensor cores)"))
@@ -349,7 +352,10 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
         help_text = meta["help"] if unset else f"{meta['help']} (default: {default})"
         kwargs = dict(meta["argparse"], help=help_text if shown else argparse.SUPPRESS)
         if f.type in ("bool",):
-            kwargs["action"] = "store_true"
+            # --x / --no-x: a preset may switch on what the command line switches off again
+            # (a flag that is itself a negation, --no-lr-scaling, stays a plain switch)
+            negated = meta["flags"][-1].startswith("--no-")
+            kwargs["action"] = "store_true" if negated else argparse.BooleanOptionalAction
         elif "type" not in kwargs and "choices" not in kwargs:
             kwargs["type"] = _scalar_type(f.type)
         if meta["flags"][0].startswith("-"):
@@ -380,6 +386,14 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
                          f"{ENTRIES[entry].script}{hint}")
 
 
+def _config_option(argv: Optional[list]) -> Optional[str]:
+    """--config's value, read before the full parser is built (its values are defaults)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--config")
+    known, _ = early.parse_known_args(argv)
+    return known.config
+
+
 def _scalar_type(annotation: str):
     base = annotation.replace("Optional[", "").rstrip("]")
     return {"int": int, "float": float, "str": str}[base]
@@ -391,6 +405,11 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     """Parse and validate the command line of `entry` (a registry name; None: every option
     is accepted); raises UsageError on bad input. A subclass of TrainConfig adds its own
     fields (and checks, in its `validate_extra`)."""
+    defaults = dict(defaults or {})
+    config_file = _config_option(argv)
+    if config_file:
+        from .presets import config_file_defaults  # the file's values sit between the
+        defaults.update(config_file_defaults(config_file, config_cls))  # script's and argv's
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
@@ -415,6 +434,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     if entry is not None:
         refuse_other_entries_options(ns, config_cls, entry)
     ns["lr_steps"] = tuple(ns["lr_steps"])
+    if ns["progressive_resize"] is not None:
+        ns["progressive_resize"] = tuple(ns["progressive_resize"])
     cfg = config_cls(**ns)
     validate(cfg)
     cfg.validate_extra()
@@ -423,7 +444,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
 
 def validate(cfg: TrainConfig) -> None:
     """Checks that need no filesystem or device; those live next to the code that uses them."""
-    for name in ("batch_size", "epochs", "grad_accum", "print_freq", "image_size"):
+    for name in ("batch_size", "epochs", "grad_accum", "print_freq", "image_size",
+                 "lr_step_size", "ra_reps", "model_ema_steps"):
         if getattr(cfg, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} must be a positive integer, got {getattr(cfg, name)}")
@@ -463,6 +485,38 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError("--label-smoothing must be in [0, 1)")
     if cfg.warmup_epochs < 0 or (cfg.warmup_epochs > 0 and cfg.warmup_epochs >= cfg.epochs):
         raise UsageError(f"--warmup-epochs must be in [0, --epochs), got {cfg.warmup_epochs}")
+    validate_recipe(cfg)
+
+
+def validate_recipe(cfg: TrainConfig) -> None:
+    """The recipe options' ranges."""
+    for name, low, high in (("warmup_start_factor", 0.0, 1.0), ("random_erase", 0.0, 1.0),
+                            ("lr_gamma", 0.0, 1.0), ("ra_magnitude", 0, 30)):
+        value = getattr(cfg, name)
+        if not low <= value <= high:
+            raise UsageError(f"--{name.replace('_', '-')} must be in [{low}, {high}], got "
+                             f"{value}")
+    if cfg.warmup_method == "constant" and cfg.warmup_epochs and not cfg.warmup_start_factor:
+        raise UsageError("--warmup-method constant trains the warm-up at --warmup-start-factor "
+                         "x lr: give it a factor > 0 (torchvision's default: 0.01)")
+    for name in ("lr_min", "mixup_alpha", "cutmix_alpha", "val_resize_size", "val_crop_size"):
+        if getattr(cfg, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got "
+                             f"{getattr(cfg, name)}")
+    if cfg.lr_power <= 0:
+        raise UsageError(f"--lr-power must be > 0, got {cfg.lr_power}")
+    if cfg.clip_grad_norm is not None and cfg.clip_grad_norm <= 0:
+        raise UsageError(f"--clip-grad-norm must be > 0, got {cfg.clip_grad_norm}")
+    if not 0.0 < cfg.model_ema_decay < 1.0:
+        raise UsageError(f"--model-ema-decay must be in (0, 1), got {cfg.model_ema_decay}")
+    for name in ("norm_weight_decay", "bias_weight_decay"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+    if cfg.progressive_resize is not None:
+        low, high, start, end = cfg.progressive_resize
+        if not (0 < low <= high and 0 <= start < end):
+            raise UsageError(f"--progressive-resize MIN MAX START END needs 0 < MIN <= MAX and "
+                             f"START < END, got {' '.join(map(str, cfg.progressive_resize))}")
 
 
 def exit_on_usage_error(err: UsageError) -> None:

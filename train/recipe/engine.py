@@ -20,6 +20,7 @@ from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
 from .optim import build_optimizer
 from .precision import Precision
+from .presets import scaling_note
 from .progress import RunClock, duration
 from .registry import ENTRIES
 from .runlog import RunLog
@@ -58,7 +59,7 @@ class Trainer:
         resume_state = self._load_resume_state(self.num_classes)
 
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
-                                                       cfg.pretrained))
+                                                       cfg.pretrained, cfg.zero_init_residual))
         self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
         self.lr = scaled_lr(cfg, self.global_batch)
         self.optimizer = strategy.setup_optimizer(build_optimizer(
@@ -158,6 +159,8 @@ class Trainer:
                        f"device {self.device}, {self._precision_text()}, global batch "
                        f"{self.global_batch}, lr {self.lr:.4g}, seed {cfg.seed}; logging to "
                        f"{self.run_dir}")
+        for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
+            self.log.print(f"=> {line}")
         if resume_state and cfg.evaluate:
             self.log.print(f"=> evaluating {resume_state['path']}: the weights of epoch "
                            f"{self.epoch} (step {self.step})")

@@ -15,12 +15,24 @@ def available_archs() -> list:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None) -> nn.Module:
+def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None,
+                zero_init_residual: bool = False) -> nn.Module:
+    """`zero_init_residual`: the last BatchNorm of each residual block starts at 0, so every
+    block starts as the identity (Goyal et al.; timm's ResNets do it by default)."""
     if arch not in available_archs():
         close = [a for a in available_archs() if a.startswith(arch[:4])][:8]
         raise UsageError(f"unknown architecture {arch!r}; torchvision classification models "
                          f"include {close or available_archs()[:8]} (see torchvision.models)")
-    model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+    extra = {"zero_init_residual": True} if zero_init_residual else {}
+    try:
+        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes,
+                                             **extra)
+    except TypeError:
+        if not extra:
+            raise
+        raise UsageError(f"--zero-init-residual: {arch} has no residual blocks of the kind it "
+                         "applies to (torchvision's ResNet family: resnet*, resnext*, "
+                         "wide_resnet*)") from None
     if pretrained:
         load_pretrained(model, Path(pretrained))
     return model

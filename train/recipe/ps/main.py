@@ -50,7 +50,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     # The model stays on the CPU: O0, float64 with --float64, like the workers.
     precision = Precision.from_config(cfg)
     precision.bind(torch.device("cpu"), notice=lambda message: None)
-    model = precision.convert_module(build_model(cfg.arch, num_classes, cfg.pretrained))
+    model = precision.convert_module(
+        build_model(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual))
     prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
