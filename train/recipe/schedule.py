@@ -27,33 +27,37 @@ def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
 
 class LrMultiplier:
     """step -> multiplier of the peak lr, a pure function of the optimizer step and the config.
-    `peak_lr` (the scaled --lr) turns the absolute --lr-min into a fraction of it."""
+    `peak_lr` (the scaled --lr) turns the absolute --lr-min into a fraction of it.
+
+    Holds plain numbers only: LambdaLR puts a callable object's attributes in its state_dict,
+    which checkpoints load with weights_only=True."""
 
     def __init__(self, cfg: TrainConfig, steps_per_epoch: int, peak_lr: float):
-        self.cfg = cfg
+        self.schedule, self.gamma, self.power = cfg.lr_schedule, cfg.lr_gamma, cfg.lr_power
+        self.milestones, self.step_size = tuple(cfg.lr_steps), cfg.lr_step_size
+        self.warmup_method, self.warmup_start = cfg.warmup_method, cfg.warmup_start_factor
         self.steps_per_epoch = max(steps_per_epoch, 1)
         self.warmup_steps = int(round(cfg.warmup_epochs * self.steps_per_epoch))
         self.total_steps = cfg.epochs * self.steps_per_epoch
         self.floor = min(cfg.lr_min / peak_lr, 1.0) if peak_lr > 0 else 0.0
 
     def __call__(self, step: int) -> float:
-        cfg = self.cfg
         if step < self.warmup_steps:
-            start = cfg.warmup_start_factor
-            if cfg.warmup_method == "constant":
+            start = self.warmup_start
+            if self.warmup_method == "constant":
                 return start
             return start + (1.0 - start) * (step + 1) / self.warmup_steps
-        if cfg.lr_schedule in ("step", "multistep"):
+        if self.schedule in ("step", "multistep"):
             epoch = step / self.steps_per_epoch
-            drops = (int(epoch // cfg.lr_step_size) if cfg.lr_schedule == "step"
-                     else sum(epoch >= m for m in cfg.lr_steps))
-            return cfg.lr_gamma ** drops
+            drops = (int(epoch // self.step_size) if self.schedule == "step"
+                     else sum(epoch >= m for m in self.milestones))
+            return self.gamma ** drops
         span = max(self.total_steps - self.warmup_steps, 1)
         progress = min((step - self.warmup_steps) / span, 1.0)
-        if cfg.lr_schedule == "cosine":
+        if self.schedule == "cosine":
             shape = 0.5 * (1.0 + math.cos(math.pi * progress))
         else:  # linear, poly
-            shape = (1.0 - progress) ** (1.0 if cfg.lr_schedule == "linear" else cfg.lr_power)
+            shape = (1.0 - progress) ** (1.0 if self.schedule == "linear" else self.power)
         return self.floor + (1.0 - self.floor) * shape
 
 

@@ -1,0 +1,409 @@
+"""Recipe features, each asserted by its effect, in-process: optimizers and weight-decay groups,
+schedules, EMA, MixUp/CutMix and the losses, augmentations, repeated augmentation, progressive
+resizing, gradient clipping, --config files and presets. Runs of the entry scripts with them
+are in tests/test_recipe_runs.py."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+from conftest import REPO
+from recipe.config import OPTIMIZERS, UsageError, parse_args
+from recipe.data import Shard, ShardedSampler, build_loaders
+from recipe.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
+from recipe.data.pytorch import UInt8Normalizer
+from recipe.ema import ModelEMA, ema_decay_per_update
+from recipe.optim import build_optimizer, parameter_groups
+from recipe.precision import Precision
+from recipe.presets import read_mapping, scaling_note
+from recipe.schedule import LrMultiplier, build_scheduler
+from recipe.targets import build_criterion, build_mixer
+
+PRESETS = sorted((REPO / "recipes").glob("*.toml"))
+
+
+def _cfg(*argv):
+    return parse_args(["--dummy", *map(str, argv)])
+
+
+# --- optimizer and weight-decay groups -----------------------------------------------------------
+def _norm_params(model):
+    return {f"{name}.{p}" for name, m in model.named_modules()
+            if isinstance(m, nn.BatchNorm2d) for p in ("weight", "bias")}
+
+
+def test_norm_and_bias_parameters_get_their_own_weight_decay():
+    model = torchvision.models.resnet18(num_classes=4)
+    cfg = _cfg("--wd", "1e-4", "--norm-weight-decay", "0", "--bias-weight-decay", "1e-5")
+    groups = parameter_groups(cfg, model, list(model.named_parameters()))
+    by_decay = {g["weight_decay"]: set(g["names"]) for g in groups}
+    everything = {name for name, _ in model.named_parameters()}
+    norm = _norm_params(model)
+    assert by_decay == {0.0: norm, 1e-5: {"fc.bias"}, 1e-4: everything - norm - {"fc.bias"}}
+    # Without the options: one group, the layout of checkpoints written before them.
+    assert len(parameter_groups(_cfg(), model, list(model.named_parameters()))) == 1
+
+
+def test_o2_groups_hold_the_fp32_masters():
+    model = torchvision.models.resnet18(num_classes=4)
+    precision = Precision("O2", "bfloat16")
+    precision.bind(torch.device("cpu"), notice=lambda m: None)
+    precision.convert_module(model)
+    precision.setup_masters(model)
+    optimizer = build_optimizer(_cfg("--norm-weight-decay", "0"), model,
+                                precision.named_optimizer_params(model), lr=0.1)
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    assert all(p.dtype == torch.float32 for p in params)
+    assert model.conv1.weight.dtype == torch.bfloat16
+    assert not any(p is model.conv1.weight for p in params)
+    decay_of = {id(p): g["weight_decay"] for g in optimizer.param_groups for p in g["params"]}
+    assert decay_of[id(model.bn1.weight)] == 0.0  # fp32 norm layers are their own masters
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_takes_a_step(name):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    optimizer = build_optimizer(_cfg("--opt", name, "--norm-weight-decay", "0"), model,
+                                list(model.named_parameters()), lr=0.01)
+    expected = {"sgd": "SGD", "nesterov": "SGD", "adamw": "AdamW", "rmsprop": "RMSprop",
+                "lars": "Lars", "lamb": "Lamb"}[name]
+    assert type(optimizer).__name__ == expected
+    assert optimizer.param_groups[0].get("nesterov", False) == (name == "nesterov")
+    before = [p.detach().clone() for p in model.parameters()]
+    model(torch.randn(8, 4)).pow(2).sum().backward()
+    optimizer.step()
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+def test_lars_trust_ratio_on_a_known_tensor():
+    """timm's LARS: update = lr * trust * (g + wd w), trust = 0.001 |w| / (|g| + wd |w|);
+    the group without weight decay (biases) takes plain SGD steps."""
+    layer = nn.Linear(2, 1)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[3.0, 4.0]]))  # |w| = 5
+        layer.bias.fill_(1.0)
+    layer.weight.grad = torch.tensor([[0.6, 0.8]])  # |g| = 1
+    layer.bias.grad = torch.tensor([0.5])
+    optimizer = build_optimizer(_cfg("--opt", "lars", "--momentum", "0", "--wd", "0.1",
+                                     "--bias-weight-decay", "0"), layer,
+                                list(layer.named_parameters()), lr=2.0)
+    optimizer.step()
+    trust = 0.001 * 5.0 / (1.0 + 0.1 * 5.0)
+    expected = torch.tensor([[3.0, 4.0]]) - 2.0 * trust * (torch.tensor([[0.6, 0.8]])
+                                                           + 0.1 * torch.tensor([[3.0, 4.0]]))
+    torch.testing.assert_close(layer.weight.detach(), expected)
+    torch.testing.assert_close(layer.bias.detach(), torch.tensor([1.0 - 2.0 * 0.5]))
+
+
+# --- schedules ---------------------------------------------------------------------------------
+def _multiplier(*argv, peak=0.1):
+    return LrMultiplier(_cfg(*argv), steps_per_epoch=10, peak_lr=peak)
+
+
+def test_step_schedule_drops_every_step_size_epochs():
+    f = _multiplier("--lr-schedule", "step", "--lr-step-size", "3", "--lr-gamma", "0.5",
+                    "--epochs", "10")
+    assert [f(s) for s in (0, 29, 30, 59, 60, 99)] == [1.0, 1.0, 0.5, 0.5, 0.25, 0.125]
+
+
+def test_multistep_schedule_drops_at_the_milestones():
+    f = _multiplier("--lr-schedule", "multistep", "--lr-steps", "2", "5", "--epochs", "10")
+    assert [f(s) for s in (19, 20, 49, 50)] == pytest.approx([1.0, 0.1, 0.1, 0.01])
+
+
+def test_cosine_schedule_ends_at_the_floor():
+    f = _multiplier("--lr-schedule", "cosine", "--epochs", "10", "--lr-min", "0.01")
+    assert f(0) == 1.0 and f(100) == pytest.approx(0.1)  # 0.01 of a peak of 0.1
+    assert f(50) == pytest.approx(0.1 + 0.9 * 0.5)
+
+
+def test_linear_and_poly_schedules_after_a_warmup():
+    linear = _multiplier("--lr-schedule", "linear", "--epochs", "10", "--warmup-epochs", "2")
+    poly = _multiplier("--lr-schedule", "poly", "--lr-power", "2", "--epochs", "10")
+    assert linear(60) == pytest.approx(0.5) and linear(100) == 0.0  # 40 of 80 decay steps
+    assert poly(50) == pytest.approx(0.25)
+
+
+def test_warmup_linear_and_constant_with_a_start_factor():
+    linear = _multiplier("--warmup-epochs", "1", "--warmup-start-factor", "0.01")
+    assert linear(0) == pytest.approx(0.01 + 0.99 * 0.1) and linear(9) == pytest.approx(1.0)
+    constant = _multiplier("--warmup-epochs", "1", "--warmup-method", "constant",
+                           "--warmup-start-factor", "0.1")
+    assert (constant(0), constant(9), constant(10)) == (0.1, 0.1, 1.0)
+    with pytest.raises(UsageError, match="constant"):
+        _cfg("--warmup-epochs", "1", "--warmup-method", "constant")
+
+
+def test_the_scheduler_sets_every_groups_lr():
+    cfg = _cfg("--lr-schedule", "cosine", "--epochs", "2", "--norm-weight-decay", "0")
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    optimizer = build_optimizer(cfg, model, list(model.named_parameters()), lr=0.4)
+    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch=5, peak_lr=0.4)
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+    assert len(optimizer.param_groups) == 2
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.2, 0.2])
+
+
+# --- EMA -----------------------------------------------------------------------------------------
+def _set(layer, value):
+    with torch.no_grad():
+        layer.weight.fill_(value)
+
+
+def test_ema_equals_the_closed_form():
+    layer = nn.Linear(1, 1, bias=False)
+    ema = ModelEMA(layer, decay=0.9, every=2)
+    for step in range(1, 7):
+        _set(layer, float(step))
+        ema.update(layer, {}, step)
+    # updates at steps 2 (a copy), 4 and 6
+    assert ema.module.weight.item() == pytest.approx(0.9 * (0.9 * 2 + 0.1 * 4) + 0.1 * 6)
+    _set(layer, 10.0)
+    ema.update(layer, {}, 8, restart=True)  # warm-up: follow the weights
+    _set(layer, 12.0)
+    ema.update(layer, {}, 10)
+    assert ema.module.weight.item() == 12.0  # the first update after a restart copies
+
+
+def test_ema_decay_is_torchvisions():
+    cfg = _cfg("--model-ema-decay", "0.99998", "--model-ema-steps", "32", "--epochs", "600")
+    assert ema_decay_per_update(cfg, 1024) == pytest.approx(1 - 2e-5 * 1024 * 32 / 600)
+    assert ema_decay_per_update(_cfg("--model-ema-decay", "0.5", "--epochs", "1"), 1024) == 0.0
+
+
+def test_ema_averages_o2_masters_and_buffers_in_fp32():
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    precision = Precision("O2", "bfloat16")
+    precision.bind(torch.device("cpu"), notice=lambda m: None)
+    precision.convert_module(model)
+    precision.setup_masters(model)
+    ema = ModelEMA(model, decay=0.5, every=1)
+    masters = dict(precision.named_optimizer_params(model))
+    with torch.no_grad():
+        masters["0.weight"].fill_(1.0001)  # below bf16's resolution at 1
+        model[0].weight.copy_(masters["0.weight"])
+        model[1].running_mean.fill_(2.0)
+    ema.update(model, masters, 1)
+    assert ema.module[0].weight.dtype == torch.float32
+    assert model[0].weight[0, 0].item() == 1.0
+    assert ema.module[0].weight[0, 0].item() == pytest.approx(1.0001, abs=1e-6)
+    with torch.no_grad():
+        model[1].running_mean.fill_(4.0)
+        model[1].num_batches_tracked.fill_(7)
+    ema.update(model, masters, 2)
+    assert ema.module[1].running_mean.tolist() == [3.0, 3.0]
+    assert ema.module[1].num_batches_tracked.item() == 7
+
+
+# --- MixUp, CutMix and the losses ----------------------------------------------------------------
+def test_mixup_is_a_convex_combination_with_matching_targets():
+    torch.manual_seed(0)
+    mix = build_mixer(_cfg("--mixup-alpha", "0.4"), num_classes=5)
+    images, labels = torch.rand(8, 3, 6, 6), torch.arange(8) % 5
+    mixed, targets = mix(images, labels)
+    assert targets.shape == (8, 5)
+    torch.testing.assert_close(targets.sum(1), torch.ones(8))
+    lam = targets[0, labels[0]].item()
+    torch.testing.assert_close(mixed, lam * images + (1 - lam) * images.roll(1, 0))
+
+
+def test_cutmix_targets_are_the_pasted_area():
+    torch.manual_seed(1)
+    mix = build_mixer(_cfg("--cutmix-alpha", "1.0"), num_classes=5)
+    images, labels = torch.rand(8, 3, 16, 16), torch.arange(8) % 5
+    for _ in range(5):
+        mixed, targets = mix(images, labels)
+        torch.testing.assert_close(targets.sum(1), torch.ones(8))
+        kept = (mixed[0] == images[0]).all(0).float().mean().item()
+        assert targets[0, labels[0]].item() == pytest.approx(kept, abs=1e-6)
+
+
+def test_mixup_and_cutmix_alternate_and_none_without_alphas():
+    assert build_mixer(_cfg(), 5) is None
+    assert type(build_mixer(_cfg("--mixup-alpha", "0.2", "--cutmix-alpha", "1"), 5)
+                ).__name__ == "RandomChoice"
+
+
+def test_losses_on_hard_and_soft_targets():
+    torch.manual_seed(0)
+    logits, labels = torch.randn(4, 3), torch.tensor([0, 2, 1, 2])
+    onehot = F.one_hot(labels, 3).float()
+    bce = build_criterion(_cfg("--loss", "bce", "--label-smoothing", "0.3"), 3)
+    expected = F.binary_cross_entropy_with_logits(logits, onehot * 0.7 + 0.1)
+    assert bce(logits, labels).item() == pytest.approx(expected.item())
+    assert bce(logits, onehot).item() == pytest.approx(expected.item())
+    ce = build_criterion(_cfg("--label-smoothing", "0.1"), 3)
+    assert ce(logits, onehot).item() == pytest.approx(ce(logits, labels).item())
+
+
+# --- augmentation --------------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["imagenet", "ra", "ta_wide"])
+def test_auto_augment_policies_change_the_crops(policy):
+    image = torch.randint(0, 256, (3, 48, 48), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(0))
+    plain = train_transform(_cfg("--image-size", "32"))
+    augmented = train_transform(_cfg("--image-size", "32", "--auto-augment", policy))
+    changed = 0
+    for seed in range(20):
+        torch.manual_seed(seed)
+        a = plain(image)
+        torch.manual_seed(seed)  # the same crop and flip come first
+        b = augmented(image)
+        assert b.shape == (3, 32, 32) and b.dtype == torch.uint8
+        changed += not torch.equal(a, b)
+    assert changed >= 10, changed
+
+
+def test_random_erasing_fills_with_the_mean_colour_which_normalises_to_zero():
+    image = torch.full((3, 40, 40), 255, dtype=torch.uint8)
+    torch.manual_seed(0)
+    erased = train_transform(_cfg("--image-size", "40", "--random-erase", "1.0"))(image)
+    box = (erased != 255).all(0)
+    assert 0.02 * 1600 * 0.5 < box.sum() < 0.33 * 1600 * 1.5
+    assert erased[:, box].T.unique(dim=0).tolist() == [list(MEAN_PIXEL)]
+    normalised = UInt8Normalizer(torch.device("cpu"), False)(erased[None])[0]
+    assert normalised[:, box].abs().max() < 0.01
+
+
+def test_crop_sizes():
+    assert val_sizes(_cfg()) == (256, 224)
+    assert val_sizes(_cfg("--train-crop-size", "176", "--val-resize-size", "232",
+                          "--val-crop-size", "224")) == (232, 224)
+    assert val_sizes(_cfg("--image-size", "64")) == (73, 64)
+
+
+def test_progressive_resizing_follows_ffcvs_ramp():
+    cfg = _cfg("--progressive-resize", "128", "256", "1", "5", "--epochs", "16")
+    assert [progressive_crop(cfg, e) for e in range(7)] == [128, 128, 160, 192, 224, 256, 256]
+    # halfway between two multiples of 32 rounds to even, as FFCV's np.round
+    ffcv = _cfg("--progressive-resize", "160", "192", "11", "13", "--epochs", "16")
+    assert [progressive_crop(ffcv, e) for e in (11, 12, 13)] == [160, 192, 192]
+    with pytest.raises(UsageError, match="progressive-resize"):
+        _cfg("--progressive-resize", "192", "160", "1", "2")
+
+
+def test_progressive_resizing_reaches_the_training_batches(tiny_imagefolder):
+    cfg = parse_args(["-j", "0", "-b", "4", "--image-size", "32", "--epochs", "4",
+                      "--progressive-resize", "32", "96", "0", "2", str(tiny_imagefolder)])
+    train, val, _ = build_loaders(cfg, Shard(), torch.device("cpu"))
+    sizes = []
+    for epoch in (0, 1, 2):
+        train.set_epoch(epoch)
+        sizes.append(next(iter(train))[0].shape[-1])
+    assert sizes == [32, 64, 96]
+    assert next(iter(val))[0].shape[-1] == 32
+
+
+def test_repeated_augmentation_puts_each_copy_on_another_rank_with_its_own_crop():
+    size, reps, world = 24, 3, 3
+    shards = [list(ShardedSampler(size, r, world, shuffle=True, seed=4, repeats=reps))
+              for r in range(world)]
+    assert [len(s) for s in shards] == [8, 8, 8]  # the epoch keeps its length
+    images = [{k.index for k in shard} for shard in shards]
+    assert images[0] == images[1] == images[2] and len(images[0]) == size // reps
+    for step in range(8):
+        copies = [shard[step] for shard in shards]
+        assert len({k.index for k in copies}) == 1 and len({k.seed for k in copies}) == 3
+    plain = list(ShardedSampler(size, 0, 1, shuffle=True, seed=4))
+    assert len({k.index for k in plain}) == size  # off by default
+
+
+# --- gradient clipping ---------------------------------------------------------------------------
+@pytest.mark.parametrize("opt_level,amp_dtype,loss_scale", [
+    ("O0", "auto", None), ("O0", "auto", "128"), ("O1", "float16", None)])
+def test_clipping_sees_the_unscaled_gradient(opt_level, amp_dtype, loss_scale):
+    precision = Precision(opt_level, amp_dtype, loss_scale, clip_grad_norm=1.0)
+    precision.bind(torch.device("cpu"), notice=lambda m: None)
+    param = nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    precision.backward((param * torch.tensor([3.0, 4.0])).sum())  # gradient (3, 4), norm 5
+    precision.optimizer_step(optimizer)
+    torch.testing.assert_close(param.detach(), torch.tensor([-0.6, -0.8]))
+    if opt_level == "O1":
+        assert precision.scaling  # the dynamic scaler was on, and unscaled first
+
+
+# --- --config files and presets ------------------------------------------------------------------
+CONFIG = {"lr-schedule": "cosine", "wd": 2e-5, "model-ema": True, "lr-steps": [1, 2],
+          "label_smoothing": 0.1, "lr": 1}
+
+
+def _write(path, data):
+    if path.suffix == ".toml":
+        lines = [f"{k} = {json.dumps(v)}" if not isinstance(v, bool) else f"{k} = {str(v).lower()}"
+                 for k, v in data.items()]
+        path.write_text("\n".join(lines) + "\n")
+    elif path.suffix == ".yaml":
+        import yaml
+        path.write_text(yaml.safe_dump(data))
+    else:
+        path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml", ".json"])
+def test_a_config_file_sets_defaults_and_the_command_line_wins(tmp_path, suffix):
+    path = _write(tmp_path / f"preset{suffix}", CONFIG)
+    cfg = parse_args(["--dummy", "--config", str(path), "--wd", "1e-3", "--no-model-ema"])
+    assert (cfg.lr_schedule, cfg.weight_decay, cfg.model_ema) == ("cosine", 1e-3, False)
+    assert (cfg.lr_steps, cfg.label_smoothing, cfg.lr) == ((1, 2), 0.1, 1.0)
+    assert isinstance(cfg.lr, float)
+    assert parse_args(["--dummy", "--config", str(path)]).model_ema
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"lr-shedule": "cosine"}, "unknown option 'lr-shedule'"),
+    ({"lr-schedule": "sine"}, "expected one of step, multistep"),
+    ({"epochs": "ninety"}, "expected a int"),
+    ({"model-ema": 1}, "expected a bool"),
+])
+def test_a_config_file_with_a_mistake_is_refused_by_name(tmp_path, data, message):
+    path = _write(tmp_path / "bad.toml", data)
+    with pytest.raises(UsageError, match=message):
+        parse_args(["--dummy", "--config", str(path)])
+    with pytest.raises(UsageError, match="no such file"):
+        parse_args(["--dummy", "--config", str(tmp_path / "missing.toml")])
+
+
+def test_a_run_dirs_config_repeats_the_run_but_not_its_invocation(tmp_path):
+    cfg = parse_args(["-a", "resnet18", "--lr", "0.3", "--opt", "lamb", "--model-ema",
+                      "--progressive-resize", "32", "64", "0", "2", "--resume", "x.pth",
+                      "--run-name", "first", "/data/x"])
+    (tmp_path / "run").mkdir()
+    cfg.save(tmp_path / "run" / "config.json")
+    again = parse_args(["--config", str(tmp_path / "run")])
+    differ = {k for k, v in cfg.to_dict().items() if again.to_dict()[k] != v}
+    assert differ == {"resume", "run_name", "config"}
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
+def test_each_preset_loads_and_reproduces_its_published_lr(preset):
+    cfg = parse_args(["--dummy", "--config", str(preset)], entry="ddp_apex")
+    ref = read_mapping(preset)["reference"]
+    for key in ("name", "top1", "epochs", "global_batch", "gpus", "hardware", "lr", "source",
+                "differences"):
+        assert key in ref, key
+    assert cfg.epochs == ref["epochs"] and cfg.arch == "resnet50"
+    assert cfg.batch_size * ref["gpus"] == ref["global_batch"]
+    # --lr is per 256 images: at the published global batch it is the published lr
+    assert cfg.lr * ref["global_batch"] / 256 == pytest.approx(ref["lr"])
+    text = preset.read_text()
+    assert "torchrun" in text or "sbatch" in text  # the header says how to launch it
+
+
+def test_a_preset_says_what_changes_on_fewer_processes():
+    cfg = parse_args(["--dummy", "--config", str(REPO / "recipes" / "torchvision_v2.toml")])
+    lines = scaling_note(cfg, world_size=2, global_batch=256, lr=0.125)
+    assert "80.858 %" in lines[0] and "global batch 1024" in lines[0]
+    assert "global batch 256" in lines[1] and "--grad-accum 4" in lines[2]
+    assert scaling_note(_cfg(), 1, 256, 0.1) == []
+    assert not math.isnan(cfg.lr)
