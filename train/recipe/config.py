@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
+from .errors import UsageError
+from .presets import config_file_defaults
 from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
@@ -30,10 +32,6 @@ LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank",
 # upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
 APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
                      "--patch-torch-functions")
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one clear message and exit status 2."""
 
 
 def parse_slowdown(text: str) -> Tuple[float, ...]:
@@ -408,8 +406,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     defaults = dict(defaults or {})
     config_file = _config_option(argv)
     if config_file:
-        from .presets import config_file_defaults  # the file's values sit between the
-        defaults.update(config_file_defaults(config_file, config_cls))  # script's and argv's
+        # the file's values sit between the script's defaults and the command line
+        defaults.update(config_file_defaults(config_file, config_cls))
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")

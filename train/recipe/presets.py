@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .config import UsageError
+from .errors import UsageError
 
 PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
 REFERENCE_KEYS = ("name", "top1", "epochs", "global_batch", "gpus", "hardware", "lr", "source",
