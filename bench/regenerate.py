@@ -12,6 +12,7 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
   results/sweep/              the `sweep` block and figures/scaling_*.png (bench.sweep)
   results/loop/               the `bench_loop` block (bench.loop --json results/loop/bench_loop.json)
+  results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
 """
 from __future__ import annotations
 
@@ -24,10 +25,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import REPO, markdown_table, read_log, run_dirs, write_block
+from bench.common import (REPO, logged_hardware, markdown_table, read_log, run_dirs,
+                          write_block)
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
+            "recipes": "## Recipes at an equal small budget (CPU)",
             "sweep": "## Strategy sweep",
             "bench_loop": "## Engine overhead: one engine step vs a hand-written step"}
 
@@ -95,11 +98,52 @@ def loop_block(folder: Path, figures: Path) -> str:
     ]) + "\n"
 
 
+def recipes_block(folder: Path, figures: Path) -> str:
+    """bench.recipes: the presets at the same budget, per run and per preset."""
+    from bench import recipes
+
+    rows = recipes.summary_rows(folder)
+    recipes.draw_figure(folder, figures / "recipes_study.png")
+    first = read_log(run_dirs(folder)[0])["run"][0]
+    cfg = first["config"]
+    table = [[r["run"], r["preset"], str(r["seed"]), str(r["epochs"]), f"{r['final']:.1f}",
+              f"{r['best']:.1f}", "-" if r["ema_final"] is None else f"{r['ema_final']:.1f}",
+              f"{r['train_s']:.0f}"] for r in rows]
+    by_preset: Dict[str, List[float]] = {}
+    for r in rows:
+        by_preset.setdefault(r["preset"], []).append(r["final"])
+    means = {p: sum(v) / len(v) for p, v in by_preset.items()}
+    ranked = sorted(means, key=means.get, reverse=True)
+    verdict = (f"At this budget `{ranked[0]}` ends highest: {means[ranked[0]]:.1f} % mean final "
+               "top-1 against " + ", ".join(f"`{p}` {means[p]:.1f} %" for p in ranked[1:])
+               + f" ({len(rows) // len(means)} seed(s) per preset).")
+    return "\n".join([
+        f"`launch/env.sh python -m bench.recipes` (logs: `results/recipes/`): each preset of "
+        f"`recipes/` scaled to the same budget by the tool's one rule (epoch counts and image "
+        f"sizes in proportion, the preset's per-256 lr at global batch {first['global_batch']}, "
+        f"the EMA's horizon kept as the same share of the run), {cfg['arch']}, "
+        f"{cfg['epochs']} epochs, one process, O0, on `{Path(cfg['data']).name}` "
+        f"({first['train_samples_per_rank']} generated training images; validation "
+        f"every epoch), on {logged_hardware(first)}, commit "
+        f"{first.get('commit', 'unknown')}:",
+        "",
+        markdown_table(["run", "preset", "seed", "epochs", "final top-1", "best top-1",
+                        "EMA final top-1", "train s"], table, right_from=2),
+        "",
+        verdict + " This compares the recipes at a budget far from the one they were made "
+        "for (the published runs train 90 and 600 epochs on 1.28 M images); it says nothing "
+        "about their ImageNet accuracy.",
+        "",
+        "![validation top-1 per epoch](figures/recipes_study.png)",
+    ]) + "\n"
+
+
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
     "sweep": ("sweep", sweep_block),
     "bench_loop": ("loop", loop_block),
+    "recipes": ("recipes", recipes_block),
 }
 
 

@@ -2,7 +2,9 @@
 numbers are measured by hand and go to RESULTS.md; nothing here is timed)."""
 from __future__ import annotations
 
-from conftest import REPO, run_tool
+import pytest
+
+from conftest import REPO, read_jsonl, run_tool
 
 
 def test_bench_loop_runs_and_checks_same_math():
@@ -33,3 +35,22 @@ def test_a_tool_without_the_engine_on_the_path_says_how_to_run_it():
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "launch/env.sh" in proc.stderr and "PYTHONPATH=train" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_bench_recipes_scales_each_preset_to_the_budget_and_runs_it(tmp_path):
+    out, data = tmp_path / "study", tmp_path / "data"
+    proc = run_tool("recipes", "--epochs", "2", "--classes", "4", "--train-per-class", "8",
+                    "--val-per-class", "3", "--image-size", "32", "-b", "8", "--data", data,
+                    "--out", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "val top-1 final" in line]
+    assert [line.split(":")[0] for line in lines] == ["torchvision_v1-s0", "torchvision_v2-s0"]
+    assert "EMA final" in lines[1]
+    v2 = read_jsonl(out / "torchvision_v2-s0")[0]["config"]
+    # epoch counts and sizes in proportion: 5 of 600 warm-up epochs, 176/232/224 px of 224
+    assert (v2["epochs"], v2["image_size"], v2["val_resize_size"], v2["val_crop_size"]) == (
+        2, 25, 33, 32)
+    assert v2["warmup_epochs"] == pytest.approx(5 / 300, rel=1e-3)
+    # the EMA keeps its share of the run: 1 - 2e-5 x 1,281,167 / 32 images, every step
+    assert v2["model_ema_steps"] == 1
+    assert v2["model_ema_decay"] == pytest.approx(1 - 2e-5 * 1281167 / 32, rel=1e-5)
