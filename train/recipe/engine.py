@@ -73,12 +73,9 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch, self.lr)
         self.criterion = build_criterion(cfg, self.num_classes)
         self.mixer = build_mixer(cfg, self.num_classes)
-        # The average of the bare model's weights; validated in fp32 (float64 with --float64).
-        self.ema = ModelEMA(strategy.module, ema_decay_per_update(cfg, self.global_batch),
-                            cfg.model_ema_steps) if cfg.model_ema else None
-        self.ema_precision = Precision(float64=cfg.float64)
         if resume_state:
             self._restore(resume_state)
+        self.ema = self._build_ema(resume_state) if cfg.model_ema else None
 
         for signum in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(signum, self._on_stop_signal)
@@ -92,10 +89,24 @@ class Trainer:
             lifecycle.check_resume_matches(state, arch=self.cfg.arch, num_classes=num_classes)
         return state
 
+    def _build_ema(self, resume_state: Optional[dict]) -> Optional[ModelEMA]:
+        """The moving average of the bare model's weights (validated in fp32, float64 with
+        --float64), continued from the checkpoint's if it has one."""
+        ema = ModelEMA(self.strategy.module, ema_decay_per_update(self.cfg, self.global_batch),
+                       self.cfg.model_ema_steps)
+        self.ema_precision = Precision(float64=self.cfg.float64)
+        saved = (resume_state or {}).get("model_ema")
+        if saved:
+            ema.load_state_dict(saved)
+        elif resume_state and self.cfg.evaluate:
+            if self.strategy.is_main():
+                print(f"note: {resume_state['path']} holds no EMA weights: evaluating the model "
+                      "only")
+            return None
+        return ema
+
     def _restore(self, state: dict) -> None:
         self.strategy.load_module_state_dict(state["model"])
-        if self.ema is not None and state.get("model_ema"):
-            self.ema.load_state_dict(state["model_ema"])
         if self.cfg.evaluate:
             # Named as the training run named them: an end-of-epoch checkpoint holds the epoch
             # to run next, its weights are those of the epoch before.
