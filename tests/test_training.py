@@ -162,7 +162,7 @@ def test_dp_script_on_cpu_runs_the_plain_module_without_the_wrapper(tiny_imagefo
     assert records(tmp_path / "dp", "val")[0]["count"] == 20
 
 
-def _bn_free_cnn(arch, num_classes, pretrained=None):
+def _bn_free_cnn(arch, num_classes, pretrained=None, zero_init_residual=False):
     # BatchNorm makes a batch of 8 differ from two batches of 4, so this test swaps in a
     # BN-free model: then accumulation must reproduce the big batch's update exactly.
     torch.manual_seed(0)
