@@ -1,6 +1,6 @@
 """Recipe presets side by side at an equal, small budget, on CPU with generated data.
 
-    launch/env.sh python -m bench.recipes                        # V1 vs V2, ~15 min on 2 cores
+    launch/env.sh python -m bench.recipes                        # V1 vs V2, ~7 min on 2 cores
     launch/env.sh python -m bench.recipes --dry-run              # the commands only
     launch/env.sh python -m bench.regenerate --archive runs/recipes-20261123-090000 recipes
 
