@@ -91,6 +91,9 @@ def summary_rows(folder: Path) -> List[dict]:
             "best": max(v["top1"] for v in val) if val else None,
             "ema_final": ema[-1]["top1"] if ema else None,
             "ema_best": max(v["top1"] for v in ema) if ema else None,
+            # validations where the EMA scored above the weights it averages, of those with both
+            "ema_above": sum(e["top1"] > v["top1"] for v, e in zip(val, ema)),
+            "ema_scored": min(len(val), len(ema)),
             "train_s": sum(e["epoch_time"] for e in epochs),
             "img_s": (sum(e["count"] for e in epochs) / sum(e["epoch_time"] for e in epochs)
                       if epochs else None)})

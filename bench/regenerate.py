@@ -117,12 +117,10 @@ def recipes_block(folder: Path, figures: Path) -> str:
     verdict = (f"At this budget `{ranked[0]}` ends highest: {means[ranked[0]]:.1f} % mean final "
                "top-1 against " + ", ".join(f"`{p}` {means[p]:.1f} %" for p in ranked[1:])
                + f" ({len(rows) // len(means)} seed(s) per preset).")
-    ema_pairs = [(v["top1"], e["top1"]) for d in run_dirs(folder)
-                 for v, e in zip(read_log(d).get("val", []), read_log(d).get("val_ema", []))]
-    if ema_pairs:
-        above = sum(e > v for v, e in ema_pairs)
-        verdict += (f" The EMA scored above the weights it averages in {above} of "
-                    f"{len(ema_pairs)} validations.")
+    scored = sum(r["ema_scored"] for r in rows)
+    if scored:
+        verdict += (f" The EMA scored above the weights it averages in "
+                    f"{sum(r['ema_above'] for r in rows)} of {scored} validations.")
     return "\n".join([
         f"`launch/env.sh python -m bench.recipes` (logs: `results/recipes/`): each preset of "
         f"`recipes/` scaled to the same budget by the tool's one rule (epoch counts and image "

@@ -42,7 +42,8 @@ def test_norm_and_bias_parameters_get_their_own_weight_decay():
     model = torchvision.models.resnet18(num_classes=4)
     cfg = _cfg("--wd", "1e-4", "--norm-weight-decay", "0", "--bias-weight-decay", "1e-5")
     groups = parameter_groups(cfg, model, list(model.named_parameters()))
-    by_decay = {g["weight_decay"]: set(g["names"]) for g in groups}
+    name_of = {id(p): name for name, p in model.named_parameters()}
+    by_decay = {g["weight_decay"]: {name_of[id(p)] for p in g["params"]} for g in groups}
     everything = {name for name, _ in model.named_parameters()}
     norm = _norm_params(model)
     assert by_decay == {0.0: norm, 1e-5: {"fc.bias"}, 1e-4: everything - norm - {"fc.bias"}}

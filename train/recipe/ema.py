@@ -46,25 +46,24 @@ class ModelEMA:
 
     @torch.no_grad()
     def update(self, module: nn.Module, masters: Dict[str, torch.Tensor], step: int,
-               restart: bool = False) -> bool:
+               restart: bool = False) -> None:
         """After optimizer step `step` (1-based): average in `module`'s weights if this step is
-        an update step; `restart`: copy them instead (the warm-up). -> whether it updated."""
+        an update step; `restart`: copy them instead (the warm-up)."""
         if step % self.every:
-            return False
+            return
         targets = list(self.module.parameters()) + list(self.module.buffers())
         sources = [s.detach().to(t.dtype) for t, s in zip(targets, self._sources(module,
                                                                                   masters))]
         if restart or self.updates == 0:
             torch._foreach_copy_(targets, sources)
             self.updates = 0 if restart else 1
-            return True
+            return
         floats = [(t, s) for t, s in zip(targets, sources) if t.is_floating_point()]
         torch._foreach_lerp_([t for t, _ in floats], [s for _, s in floats], 1.0 - self.decay)
         for t, s in zip(targets, sources):  # counters (num_batches_tracked): the latest
             if not t.is_floating_point():
                 t.copy_(s)
         self.updates += 1
-        return True
 
     def state_dict(self) -> dict:
         return {"model": self.module.state_dict(), "updates": self.updates}

@@ -90,11 +90,10 @@ class Trainer:
         return state
 
     def _build_ema(self, resume_state: Optional[dict]) -> Optional[ModelEMA]:
-        """The moving average of the bare model's weights (validated in fp32, float64 with
-        --float64), continued from the checkpoint's if it has one."""
+        """The moving average of the bare model's weights, continued from the checkpoint's if
+        it has one."""
         ema = ModelEMA(self.strategy.module, ema_decay_per_update(self.cfg, self.global_batch),
                        self.cfg.model_ema_steps)
-        self.ema_precision = Precision(float64=self.cfg.float64)
         saved = (resume_state or {}).get("model_ema")
         if saved:
             ema.load_state_dict(saved)
@@ -318,10 +317,11 @@ class Trainer:
         return stats
 
     def validate_ema(self) -> None:
-        """The moving average, scored like the model (it is not what `best` refers to)."""
+        """The moving average, scored like the model (it is not what `best` refers to), in its
+        own precision: fp32 (float64 with --float64)."""
         self.strategy.share_buffers(self.ema.module)
         stats = evaluate(self.ema.module, self.val_loader, self.device, self.criterion,
-                         self.ema_precision, self.strategy.all_reduce_sum)
+                         Precision(float64=self.cfg.float64), self.strategy.all_reduce_sum)
         self.log.write("val_ema", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats)
         self.log.print(f" * Val epoch {self.epoch} EMA: loss {stats['loss']:.4f}  "

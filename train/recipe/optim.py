@@ -47,9 +47,7 @@ def parameter_groups(cfg: TrainConfig, module: nn.Module,
     groups: Dict[float, dict] = {}
     for name, param in named_params:
         wd = decay[kinds[name]]
-        groups.setdefault(wd, {"params": [], "weight_decay": wd, "names": []})
-        groups[wd]["params"].append(param)
-        groups[wd]["names"].append(name)
+        groups.setdefault(wd, {"params": [], "weight_decay": wd})["params"].append(param)
     return list(groups.values())
 
 
@@ -57,8 +55,6 @@ def build_optimizer(cfg: TrainConfig, module: nn.Module,
                     named_params: Sequence[Tuple[str, torch.Tensor]],
                     lr: float) -> torch.optim.Optimizer:
     groups = parameter_groups(cfg, module, named_params)
-    for group in groups:
-        del group["names"]  # optimizers keep unknown keys in their state; these are for tests
     name = cfg.optimizer
     if name in ("sgd", "nesterov"):
         return torch.optim.SGD(groups, lr=lr, momentum=cfg.momentum,

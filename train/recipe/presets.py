@@ -24,8 +24,6 @@ from typing import Any, Dict, List, Optional
 from .errors import UsageError
 
 PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
-REFERENCE_KEYS = ("name", "top1", "epochs", "global_batch", "gpus", "hardware", "lr", "source",
-                  "differences")
 
 
 def read_mapping(path: Path) -> Dict[str, Any]:
