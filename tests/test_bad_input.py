@@ -196,3 +196,13 @@ def test_resume_from_another_architecture(tiny_imagefolder, tmp_path):
     _expect_usage_error(["-a", "resnet34", "--image-size", "32", "--resume",
                          tmp_path / "first/r18/checkpoint.pth", tiny_imagefolder],
                         "holds arch resnet18", tmp_path)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--esync-epsilon", "-0.1"], "--esync-epsilon must be >= 0"),
+    (["--local-momentum", "1"], "--local-momentum must be in [0, 1)"),
+    (["--esync-rule", "fastest"], "invalid choice: 'fastest'"),
+])
+def test_bad_esync_options(tiny_imagefolder, tmp_path, args, message):
+    _expect_usage_error(TINY + ["--mode", "esync", *args, tiny_imagefolder], message, tmp_path,
+                        script="ps.py")

@@ -1,6 +1,7 @@
 """Parameter server (train/ps.py) on CPU: real processes, real RPC (TensorPipe on loopback)."""
 from __future__ import annotations
 
+import heapq
 import signal
 import subprocess
 import sys
@@ -13,7 +14,9 @@ from conftest import REPO, TINY, TRAIN, _env, records, run_script, traced, trace
 
 sys.path.insert(0, str(TRAIN))
 from recipe.data import ShardedSampler  # noqa: E402
+from recipe.ps.config import PSConfig  # noqa: E402
 from recipe.ps.state_service import EsyncStateService  # noqa: E402
+from recipe.ps.update_rules import esync_local_optimizer  # noqa: E402
 from recipe.ps.worker import worker_shard  # noqa: E402
 from recipe.strategies import free_port  # noqa: E402
 
@@ -97,8 +100,11 @@ def test_async_trains_with_staleness_recorded(tiny_imagefolder, tmp_path):
 
 
 def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path):
-    run_script("ps.py", LEARN_ARGS + ["--mode", "esync", "--logdir", tmp_path,
-                                      "--run-name", "e", tiny_imagefolder], nproc=3)
+    # The authors' 0.5 s margin is about the slow worker's whole step at this size: with it the
+    # fast worker would stop after one step.
+    run_script("ps.py", LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
+                                      "--logdir", tmp_path, "--run-name", "e",
+                                      tiny_imagefolder], nproc=3)
     run_dir = tmp_path / "e"
     _loss_falls(run_dir)
     local = _per_worker(run_dir, "local_steps")
@@ -270,20 +276,83 @@ def test_by_class_split_gives_each_worker_its_own_classes():
     assert iid.train_subset is None and (iid.rank, iid.world_size) == (1, 2)
 
 
-def test_state_service_fits_fast_steps_into_the_slowest_step():
-    service = EsyncStateService(workers=2, max_local_steps=32)
-    assert service.should_step(0, 0, 0.0)  # one step always
-    assert not service.should_step(0, 1, 1.0)  # the slow worker's time is not known yet
-    service.report(0, 1.0)
-    service.report(1, 3.0)
-    steps = 0
-    while service.should_step(0, steps, steps * 1.0):
-        steps += 1
-    assert steps == 3  # three 1 s steps fit into the slowest worker's 3 s
-    assert service.should_step(1, 0, 0.0) and not service.should_step(1, 1, 3.0)
-    capped = EsyncStateService(workers=2, max_local_steps=2)
-    capped.report(0, 0.1), capped.report(1, 3.0)
-    assert not capped.should_step(0, 2, 0.2)
+def simulate_esync(step_times, rounds: int, rule: str, epsilon: float = 0.0,
+                   query: float = 0.0, max_local_steps: int = 32):
+    """Scripted workers against the real state service on a fake clock: worker w's local step
+    takes step_times[w] seconds (a number, or a function of the round), each query `query`
+    seconds more. Returns, per round, each worker's (local steps, time it stopped stepping)."""
+    now = [0.0]
+    service = EsyncStateService(len(step_times), max_local_steps, rule, epsilon,
+                                clock=lambda: now[0])
+
+    def step(worker: int, round_: int) -> float:
+        t = step_times[worker]
+        return t(round_) if callable(t) else t
+
+    start, history = 0.0, []
+    for round_ in range(rounds):
+        queries = [(start, w, 0) for w in range(len(step_times))]  # (time, worker, steps)
+        heapq.heapify(queries)
+        done = [None] * len(step_times)
+        while queries:
+            now[0], worker, steps = heapq.heappop(queries)
+            if service.should_step(worker, round_, steps):
+                heapq.heappush(queries, (now[0] + query + step(worker, round_), worker,
+                                         steps + 1))
+            else:
+                done[worker] = (steps, now[0])
+        history.append(done)
+        start = max(t for _, t in done) + 0.5  # the push, the averaging and the pull
+    return history
+
+
+def _steps(history):
+    return [[steps for steps, _ in done] for done in history]
+
+
+def test_esync_reference_rule_fits_fast_steps_into_the_slowest_remaining_time():
+    # Round 0 measures everyone with one step. Then the 1 s workers step while their next step
+    # (+ epsilon) still ends before the 4 s worker's step: 3 steps with the reference's 0.5 s,
+    # 4 (ending with the slow one) with none.
+    assert _steps(simulate_esync([1, 1, 4], 3, "reference", epsilon=0.5)) == [
+        [1, 1, 1], [3, 3, 1], [3, 3, 1]]
+    assert _steps(simulate_esync([1, 1, 4], 3, "reference"))[1:] == [[4, 4, 1]] * 2
+    assert _steps(simulate_esync([1, 1, 4], 2, "estimate"))[1] == [4, 4, 1]
+    assert _steps(simulate_esync([0.1, 4], 2, "reference", max_local_steps=8))[1] == [8, 1]
+
+
+def test_esync_counts_the_query_time_so_fast_workers_do_not_overshoot():
+    # Each query costs 0.25 s on top of the step: four 1 s steps would end at 5 s, after the
+    # slow worker's 4.25 s. Both rules stop the fast worker at 3 steps, before the slow one.
+    for rule in ("reference", "estimate"):
+        history = simulate_esync([1, 4], 4, rule, query=0.25)
+        assert _steps(history)[1:] == [[3, 1]] * 3, rule
+        for (_, fast_done), (_, slow_done) in history[1:]:
+            assert fast_done - slow_done <= 0, rule
+
+
+def test_esync_follows_a_worker_that_becomes_the_slowest():
+    # Worker 0 is fast until round 3, then 3x slower than worker 1: the reference rule follows
+    # in the next round (the newest step decides), the moving average only as it catches up.
+    profile = [lambda r: 0.5 if r < 3 else 3.0, 1.0]
+    assert _steps(simulate_esync(profile, 6, "reference")) == [
+        [1, 1], [2, 1], [2, 1], [1, 1], [1, 3], [1, 3]]
+    assert _steps(simulate_esync(profile, 9, "estimate")) == [
+        [1, 1], [2, 1], [2, 1], [1, 1], [1, 1], [1, 2], [1, 2], [1, 2], [1, 3]]
+
+
+def test_esync_local_sgd_is_momentum_free_when_asked():
+    cfg = PSConfig(data="x", momentum=0.9, batch_size=32, lr=0.4, mode="esync")
+    assert esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg).defaults[
+        "momentum"] == 0.9
+    cfg.local_momentum = 0.0  # as the authors' workers step
+    local = esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg)
+    assert local.defaults["momentum"] == 0.0 and local.defaults["lr"] == pytest.approx(0.05)
+
+
+def test_state_service_rejects_an_unknown_rule():
+    with pytest.raises(ValueError, match="reference, estimate"):
+        EsyncStateService(2, 4, rule="fastest")
 
 
 def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tmp_path):

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..config import DATA, TrainConfig, UsageError, opt
+from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
 SPLITS = ("iid", "by-class")
@@ -41,6 +42,21 @@ class PSConfig(TrainConfig):
     max_local_steps: int = field(default=32, metadata=opt(
         PARAMETER_SERVER, "--max-local-steps", help="esync: cap on a worker's local steps in "
                                                     "one round"))
+    esync_rule: str = field(default="reference", metadata=opt(
+        PARAMETER_SERVER, "--esync-rule", choices=ESYNC_RULES,
+        help="esync: when a worker stops stepping locally. reference: the ESync authors' rule, "
+             "when its next step plus --esync-epsilon would end after the slowest worker's "
+             "current step; estimate: when moving averages of the step times say another step "
+             "no longer fits into the slowest worker's"))
+    esync_epsilon: float = field(default=0.5, metadata=opt(
+        PARAMETER_SERVER, "--esync-epsilon",
+        help="esync, reference rule: safety margin in seconds (the authors' 0.5 s suits steps "
+             "of seconds; with shorter steps use about one fast step or less, or every fast "
+             "worker stops after one step)"))
+    local_momentum: Optional[float] = field(default=None, metadata=opt(
+        PARAMETER_SERVER, "--local-momentum",
+        help="esync: momentum of the workers' local SGD (default: --momentum; the authors' "
+             "code uses 0)"))
     evaluator: Optional[str] = field(default=None, metadata=opt(
         PARAMETER_SERVER, "--evaluator",
         help="evaluator mode: watch this run dir and validate each new checkpoint (single "
@@ -56,6 +72,10 @@ class PSConfig(TrainConfig):
             raise UsageError("--global-lr and --local-lr must be > 0")
         if self.max_local_steps < 1:
             raise UsageError("--max-local-steps must be >= 1")
+        if self.esync_epsilon < 0:
+            raise UsageError("--esync-epsilon must be >= 0 (seconds)")
+        if self.local_momentum is not None and not 0 <= self.local_momentum < 1:
+            raise UsageError("--local-momentum must be in [0, 1)")
         if self.evaluator:
             return
         if self.split == "by-class" and self.backend == "synthetic":

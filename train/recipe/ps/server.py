@@ -52,9 +52,8 @@ def push_async(worker: int, grads: List[torch.Tensor], bufs: List[torch.Tensor],
     return _SERVER.push_async(worker, grads, bufs, stats)
 
 
-def esync_should_step(worker: int, local_steps: int, elapsed: float,
-                      last_step_time: Optional[float]) -> bool:
-    return _SERVER.esync_should_step(worker, local_steps, elapsed, last_step_time)
+def esync_should_step(worker: int, round_: int, local_steps: int) -> bool:
+    return _SERVER.esync_should_step(worker, round_, local_steps)
 
 
 def goodbye(worker: int) -> None:
@@ -112,7 +111,8 @@ class ParameterServer:
 
         self.rule = RULES[self.mode](cfg, self.params, workers)
         self.base_lr = self.rule.base_lr
-        self.state_service = EsyncStateService(workers, cfg.max_local_steps)
+        self.state_service = EsyncStateService(workers, cfg.max_local_steps, cfg.esync_rule,
+                                               cfg.esync_epsilon)
 
         self._registered: Dict[int, int] = {}
         self._register_futures: List[torch.futures.Future] = []
@@ -234,12 +234,9 @@ class ParameterServer:
             b.copy_(mean)
         self._round_sum = [None] * len(self.params)
 
-    def esync_should_step(self, worker: int, local_steps: int, elapsed: float,
-                          last_step_time: Optional[float]) -> bool:
-        if last_step_time is not None:
-            self.state_service.report(worker - 1, last_step_time)
+    def esync_should_step(self, worker: int, round_: int, local_steps: int) -> bool:
         self.last_contact[worker] = time.monotonic()
-        return self.state_service.should_step(worker - 1, local_steps, elapsed)
+        return self.state_service.should_step(worker - 1, round_, local_steps)
 
     # --- async: every push is an update -----------------------------------------------------------
     @torch.no_grad()

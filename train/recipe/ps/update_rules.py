@@ -22,6 +22,14 @@ def esync_local_lr(cfg) -> float:
     return cfg.local_lr or scaled_lr(cfg, cfg.batch_size)
 
 
+def esync_local_optimizer(params, cfg) -> torch.optim.SGD:
+    """An ESync worker's own SGD: at esync_local_lr, with --local-momentum (default
+    --momentum; the authors' workers step without momentum)."""
+    momentum = cfg.momentum if cfg.local_momentum is None else cfg.local_momentum
+    return torch.optim.SGD(params, lr=esync_local_lr(cfg), momentum=momentum,
+                           weight_decay=cfg.weight_decay)
+
+
 class UpdateRule:
     def __init__(self, cfg, params: List[torch.Tensor], workers: int):
         self.cfg, self.params = cfg, params

@@ -25,7 +25,7 @@ from ..precision import Precision
 from ..strategies import pick_device
 from . import server as srv
 from . import wire
-from .update_rules import esync_local_lr
+from .update_rules import esync_local_optimizer
 
 
 def worker_shard(index: int, workers: int, split: str) -> Shard:
@@ -176,10 +176,8 @@ class Worker:
                 return
 
     def _esync_loop(self) -> None:
-        local_lr = esync_local_lr(self.cfg)
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=local_lr,
-                                    momentum=self.cfg.momentum,
-                                    weight_decay=self.cfg.weight_decay)
+        optimizer = esync_local_optimizer(self.model.parameters(), self.cfg)
+        local_lr = optimizer.defaults["lr"]
         batches = self._batches()
         comm = wait = 0.0
         multiplier = 1.0
@@ -189,12 +187,11 @@ class Worker:
             start_params = wire.snapshot(wire.parameters(self.model))
             totals = {"count": 0, "loss": 0.0, "correct1": 0.0, "correct5": 0.0,
                       "compute_time": 0.0, "data_time": 0.0, "steps": 0}
-            local_steps, elapsed, last_step = 0, 0.0, None
-            query_time = 0.0
+            local_steps, query_time = 0, 0.0
             while True:
+                # The service times the steps itself, between this worker's queries.
                 t = time.perf_counter()
-                go = self._call(srv.esync_should_step, self.worker, local_steps, elapsed,
-                                last_step)
+                go = self._call(srv.esync_should_step, self.worker, self.step, local_steps)
                 query_time += time.perf_counter() - t
                 if not go:
                     break
@@ -204,8 +201,6 @@ class Worker:
                 for k in ("count", "loss", "correct1", "correct5", "compute_time", "steps"):
                     totals[k] += step[k]
                 totals["data_time"] += data_time
-                last_step = step["compute_time"] + data_time
-                elapsed += last_step
                 local_steps += 1
             with torch.no_grad():
                 delta = [p.detach().cpu() - p0 for p, p0 in
