@@ -168,6 +168,25 @@ def write_block(results: Path, name: str, block: str, heading: str) -> None:
     results.write_text(replace_block(text, name, block, heading))
 
 
+# --- commands -------------------------------------------------------------------------------------
+OUTPUT_OPTIONS = ("--out", "--json", "--figure", "--figures", "--results")
+
+
+def shown_command(tool: str, argv: Sequence[str]) -> str:
+    """`python -m bench.<tool> ARGS` as RESULTS.md shows it: without the options that only say
+    where the outputs go, which differ between machines and say nothing about the
+    measurement."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in OUTPUT_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
+            shown.append(arg)
+    return " ".join([f"python -m bench.{tool}", *shown])
+
+
 # --- this machine --------------------------------------------------------------------------------
 def cpu_name() -> str:
     return recipe_module("machine").cpu_model()

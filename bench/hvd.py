@@ -1,66 +1,122 @@
 """Horovod vs DDP throughput in one run: same model, data, batch, precision and process count.
 
-    launch/env.sh python -m bench.hvd                 # 2 processes x 1 thread, CPU
+    launch/env.sh python -m bench.hvd                 # 2 processes x 1 thread, CPU, ~4 min
     launch/env.sh python -m bench.hvd --nproc 4 -a resnet50 --image-size 224 -b 64
+    launch/env.sh python -m bench.hvd --report runs/bench_hvd-20261123-110000
 
 Runs `torchrun train/ddp.py` and `horovodrun train/hvd.py` in turns (--rounds each, so drifts in
 a shared machine's speed hit both alike) on synthetic data (compute and communication only),
 reads each run's JSONL log and reports the median img/s of the logged intervals after the first
-(warm-up) one, and the Horovod/DDP ratio. A benchmark, not a test.
+(warm-up) one, and the Horovod/DDP ratio. The runs' logs and the tool's record (bench_hvd.json:
+the command and the order the runs were made in) stay in --out, from which `report` (and
+bench.regenerate, once archived into results/hvd) writes the RESULTS.md block. A benchmark, not
+a test.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
-from bench.common import REPO, read_log, steady
-from bench.jobs import launcher
+from bench.common import (REPO, logged_hardware, logged_precision, markdown_table, read_log,
+                          shown_command, steady)
+from bench.jobs import launcher, stamped_out
+
+RECORD = "bench_hvd.json"
+LABELS = {"ddp": "DDP (gloo)", "hvd": "Horovod (gloo)"}
 
 
 def interval_img_s(run_dir: Path) -> list:
     return steady(read_log(run_dir).get("train", []), "img_s")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def measure(args) -> Path:
+    out = args.out or stamped_out("bench_hvd")
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
+              "--dummy", "--synthetic-classes", "10", "--synthetic-val-size", "64",
+              "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5",
+              "--logdir", str(out), *args.extra.split()]
+    launchers = {name: launcher(name, args.nproc) for name in LABELS}
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    order = []
+    for round_ in range(args.rounds):
+        for name, launch in launchers.items():
+            run_name = f"{name}-{round_}"
+            subprocess.run(launch + common + ["--run-name", run_name], check=True, env=env,
+                           stdout=subprocess.DEVNULL, cwd=REPO)
+            order.append(run_name)
+            print(f"{run_name}: {statistics.median(interval_img_s(out / run_name)):.1f} img/s",
+                  flush=True)
+    record = {"command": shown_command("hvd", args.argv), "rounds": args.rounds,
+              "steps": args.steps, "threads": args.threads, "order": order}
+    (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def report(folder: Path) -> str:
+    """The RESULTS.md block from a measurement's folder: the logs and bench_hvd.json."""
+    record = json.loads((folder / RECORD).read_text())
+    per_round = {name: [] for name in LABELS}
+    pooled = {name: [] for name in LABELS}
+    for run_name in record["order"]:
+        name = run_name.split("-")[0]
+        rates = interval_img_s(folder / run_name)
+        per_round[name].append(statistics.median(rates))
+        pooled[name] += rates
+    median = {name: statistics.median(r) for name, r in pooled.items()}
+    first = read_log(folder / record["order"][0])["run"][0]
+    cfg = first["config"]
+    ratios = [h / d for d, h in zip(per_round["ddp"], per_round["hvd"])]
+    rows = [[LABELS[name], f"{median[name]:.1f}", ", ".join(f"{x:.1f}" for x in per_round[name])]
+            for name in LABELS]
+    rows.append(["**Horovod / DDP**", f"**{median['hvd'] / median['ddp']:.2f}**",
+                 ", ".join(f"{x:.2f}" for x in ratios)])
+    return "\n".join([
+        f"`launch/env.sh {record['command']}` (logs: `results/hvd/`): {cfg['arch']} at "
+        f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, "
+        f"{first['world_size']} processes x {record['threads']} thread(s), synthetic data, "
+        f"{logged_precision(first)}; `torchrun train/ddp.py` and `horovodrun --gloo "
+        f"train/hvd.py` in turns, {record['rounds']} rounds of {record['steps']} steps each; "
+        f"img/s = median of the logged intervals after the first, all rounds pooled. On "
+        f"{logged_hardware(first)}, commit {first.get('commit', 'unknown')}:",
+        "",
+        markdown_table(["strategy", f"img/s ({first['world_size']} processes)",
+                        "per round (Horovod / DDP: round by round)"], rows),
+    ]) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n", 1)[1])
+    parser.add_argument("--out", type=Path, help="folder of the runs (default "
+                        "runs/bench_hvd-<stamp>)")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="measure nothing: print the block of an earlier --out")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per process")
     parser.add_argument("-a", "--arch", default="resnet18")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("-b", "--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--extra", default="", help="more trainer options, e.g. '--opt-level O1'")
-    args = parser.parse_args()
-
-    logdir = Path(tempfile.mkdtemp(prefix="bench_hvd_"))
-    common = ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
-              "--dummy", "--synthetic-classes", "10", "--synthetic-val-size", "64",
-              "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5",
-              "--logdir", str(logdir), *args.extra.split()]
-    launchers = {name: launcher(name, args.nproc) for name in ("ddp", "hvd")}
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    rates = {name: [] for name in launchers}
-    for round_ in range(args.rounds):
-        for name, launch in launchers.items():
-            run_name = f"{name}-{round_}"
-            subprocess.run(launch + common + ["--run-name", run_name], check=True, env=env,
-                           stdout=subprocess.DEVNULL, cwd=REPO)
-            rates[name] += interval_img_s(logdir / run_name)
-            print(f"{run_name}: {statistics.median(interval_img_s(logdir / run_name)):.1f} img/s",
-                  flush=True)
-    ddp, hvd = statistics.median(rates["ddp"]), statistics.median(rates["hvd"])
-    print(f"\n{args.nproc} processes x {args.threads} thread(s), {args.arch} at "
-          f"{args.image_size} px, batch {args.batch_size}/process, synthetic data, "
-          f"{args.rounds} rounds of {args.steps} steps each; logs in {logdir}")
-    print(f"DDP     {ddp:.1f} img/s (median of {len(rates['ddp'])} intervals)")
-    print(f"Horovod {hvd:.1f} img/s (median of {len(rates['hvd'])} intervals)")
-    print(f"Horovod/DDP ratio: {hvd / ddp:.2f}")
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    if args.report:
+        if not (args.report / RECORD).is_file():
+            parser.error(f"--report {args.report}: no {RECORD} there")
+        print(report(args.report))
+        return 0
+    out = measure(args)
+    print(f"\nlogs in {out}\n\n{report(out)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

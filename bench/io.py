@@ -2,6 +2,7 @@
 
     launch/env.sh python -m bench.io                    # generated data, all cores
     launch/env.sh python -m bench.io /data/imagenet --images 20000 --update-results
+    launch/env.sh python -m bench.io --json results/io/bench_io.json   # keep it for RESULTS.md
 
 Every contender produces training batches with the same augmentation (RandomResizedCrop to
 --image-size with the standard scale/ratio ranges, random horizontal flip) from the same files,
@@ -20,12 +21,15 @@ warm-up pass, the contenders taking turns; the figure is the median:
   DALI cpu / gpu        --data-backend dali-cpu / dali-gpu, when a GPU is present
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
-Writes figures/io.png and a Markdown table; --update-results puts the table into RESULTS.md.
+Writes figures/io.png and a Markdown table; --json keeps the measurement's record (for
+results/io/, from which bench.regenerate rewrites RESULTS.md's block and the figure);
+--update-results puts the table into RESULTS.md directly.
 This is a benchmark, not a test.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -37,7 +41,8 @@ import torch
 import torchvision
 from torchvision import transforms
 
-from bench.common import REPO, cpu_cores, exit_without_recipe, git_commit, machine, write_block
+from bench.common import (REPO, cpu_cores, exit_without_recipe, git_commit, machine,
+                          markdown_table, shown_command, write_block)
 from bench.jobs import dataset_command, make_dataset
 
 try:
@@ -148,28 +153,36 @@ def measure(passes_by_name: dict, passes: int) -> dict:
 
 
 # --- report --------------------------------------------------------------------------------------
-def table(results: dict, args, n_images: int, hardware: str) -> str:
+def table(record: dict) -> str:
+    """The RESULTS.md block from a measurement's record (what --json writes)."""
+    results, cfg = record["results"], record["config"]
     classic = results.get("classic ImageFolder", {}).get("img_s")
     ceiling = max((r["img_s"] for name, r in results.items() if name.startswith("decode")),
                   default=None)
-    lines = [f"Measured by `{args.command}` on {hardware}, {n_images} JPEGs "
-             f"({args.data_description}), {args.workers} worker(s), batch {args.batch_size}, "
-             f"crop {args.image_size}, median of {args.passes} passes after a warm-up.",
-             "", "| loader | img/s | per worker | vs classic ImageFolder | vs decode ceiling |",
-             "|---|---:|---:|---:|---:|"]
-    for name, r in results.items():
-        vs_classic = f"{r['img_s'] / classic:.2f}x" if classic else "-"
-        vs_ceiling = f"{100 * r['img_s'] / ceiling:.0f}%" if ceiling else "-"
-        lines.append(f"| {name} | {r['img_s']:.0f} | {r['img_s'] / args.workers:.0f} | "
-                     f"{vs_classic} | {vs_ceiling} |")
-    return "\n".join(lines) + "\n"
+    rows = [[name, f"{r['img_s']:.0f}", f"{r['img_s'] / cfg['workers']:.0f}",
+             f"{r['img_s'] / classic:.2f}x" if classic else "-",
+             f"{100 * r['img_s'] / ceiling:.0f}%" if ceiling else "-",
+             ", ".join(f"{x:.0f}" for x in r["runs"])] for name, r in results.items()]
+    return "\n".join([
+        f"`launch/env.sh {record['command']}` on {record['hardware']}, commit "
+        f"{record['commit']}: {record['images']} JPEGs ({record['data_description']}), "
+        f"{cfg['workers']} worker(s), batch {cfg['batch_size']}, crop {cfg['image_size']}, "
+        f"median of {cfg['passes']} passes after a warm-up pass, the loaders taking turns "
+        "(record: `results/io/bench_io.json`):",
+        "",
+        markdown_table(["loader", "img/s", "per worker", "vs classic ImageFolder",
+                        "vs decode ceiling", "passes, img/s"], rows),
+        "",
+        "![input pipelines](figures/io.png)",
+    ]) + "\n"
 
 
-def plot(results: dict, path: Path, title: str) -> None:
+def plot(record: dict, path: Path) -> None:
     import matplotlib.patches
 
     from bench.figure import plt, save_figure
 
+    results, cfg = record["results"], record["config"]
     names = list(results)
     rates = [results[n]["img_s"] for n in names]
     kinds = {"decode only (the ceiling: no crop, resize or batching)": "#999999",
@@ -178,19 +191,30 @@ def plot(results: dict, path: Path, title: str) -> None:
               if n.startswith("decode") else kinds["PyTorch DataLoader"] if "DALI" not in n
               else kinds["NVIDIA DALI"] for n in names]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
-    bars = ax.barh(names[::-1], rates[::-1], color=colors[::-1])
-    for bar, rate in zip(bars, rates[::-1]):
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {rate:.0f}",
-                va="center")
-    ax.set_xlabel("images / s (higher is better)")
-    ax.set_title(title, fontsize=9)
-    ax.set_xlim(0, max(rates) * 1.15)
+    ax.barh(names[::-1], rates[::-1], color=colors[::-1])
+    # every pass as a tick on its bar (the spread the median hides), the median after them
+    for y, name in enumerate(names[::-1]):
+        runs = results[name]["runs"]
+        ax.plot(runs, [y] * len(runs), "|", color="black", markersize=10)
+        ax.text(max(runs), y, f"  {results[name]['img_s']:.0f}", va="center")
+    ax.set_xlabel("images / s (higher is better); bar: median, ticks: single passes")
+    ax.set_title(f"{record['hardware']}\n{record['images']} JPEGs, {cfg['workers']} worker(s), "
+                 f"crop {cfg['image_size']}, batch {cfg['batch_size']}", fontsize=9)
+    ax.set_xlim(0, max(max(results[n]["runs"]) for n in names) * 1.15)
     ax.legend(handles=[matplotlib.patches.Patch(color=c, label=k) for k, c in kinds.items()
-                       if c in colors], fontsize=7, loc="lower right")
+                       if c in colors], fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.2), ncol=3)
     save_figure(fig, path, dpi=120)
 
 
-def main() -> None:
+def block(folder: Path, figures: Path) -> str:
+    """bench.regenerate's section: table and figure from results/io/bench_io.json."""
+    record = json.loads((folder / "bench_io.json").read_text())
+    plot(record, figures / "io.png")
+    return table(record)
+
+
+def main(argv=None) -> None:
     cores = cpu_cores()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("data", nargs="?", help="ImageFolder root with train/ (default: "
@@ -204,8 +228,9 @@ def main() -> None:
     parser.add_argument("--figure", default=str(REPO / "figures/io.png"))
     parser.add_argument("--update-results", action="store_true",
                         help="write the table into RESULTS.md")
-    args = parser.parse_args()
-    args.command = "python -m bench.io " + " ".join(sys.argv[1:])
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write the measurement's record here (for results/io/)")
+    args = parser.parse_args(argv)
 
     tmp = None
     if args.data:
@@ -244,11 +269,18 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:30s} {r['img_s']:8.1f} img/s  passes {r['runs']}", flush=True)
 
-    hardware = machine(gpu=gpu)
-    text = table(results, args, len(paths), hardware + f", commit {git_commit()}")
+    record = {"command": shown_command("io", argv if argv is not None else sys.argv[1:]),
+              "commit": git_commit(), "hardware": machine(gpu=gpu), "images": len(paths),
+              "data_description": args.data_description,
+              "config": {k: getattr(args, k) for k in ("workers", "batch_size", "image_size",
+                                                       "passes")},
+              "results": results}
+    text = table(record)
     print("\n" + text)
-    plot(results, Path(args.figure), f"{hardware}\n{len(paths)} JPEGs, {args.workers} "
-                                     f"worker(s), crop {args.image_size}, batch {args.batch_size}")
+    plot(record, Path(args.figure))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
     if args.update_results:
         write_block(REPO / "RESULTS.md", "bench_io", text, RESULTS_HEADING)
     if tmp:

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from matplotlib.ticker import MaxNLocator
+
 from bench.common import REPO
 from bench.figure import plt, save_figure
 from bench.sweep_stats import IMAGENET_TRAIN_IMAGES, Run, analyze, curve_points, \
@@ -198,6 +200,7 @@ def plot_curves(curve_runs: List[Run], title: str, path: Path) -> None:
                                title=f"{split} {metric} per epoch")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs only
     axes[0][0].legend(fontsize=6.5, loc="lower right")
     fig.suptitle(title, fontsize=8)
     save_figure(fig, path)

@@ -10,8 +10,14 @@ results/ holds only what the tables and figures are computed from: each run's `l
 (`sweep.json`). From them alone this module writes, byte for byte the same on every machine:
 
   results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
-  results/sweep/              the `sweep` block and figures/scaling_*.png (bench.sweep)
   results/loop/               the `bench_loop` block (bench.loop --json results/loop/bench_loop.json)
+  results/cpu/                the `bench_cpu` block (launch/bench_cpu.sh)
+  results/io/                 the `bench_io` block and figures/io.png
+                              (bench.io --json results/io/bench_io.json)
+  results/hvd/                the `bench_hvd` block (bench.hvd)
+  results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
+                              (bench.sweep)
+  results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
 """
 from __future__ import annotations
@@ -25,14 +31,19 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import (REPO, logged_hardware, markdown_table, read_log, run_dirs,
-                          write_block)
+from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log,
+                          run_dirs, write_block)
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
-            "recipes": "## Recipes at an equal small budget (CPU)",
+            "bench_loop": "## Engine overhead: one engine step vs a hand-written step",
+            "bench_cpu": "## CPU: nd vs DDP, fp32 vs bf16",
+            "bench_io": "## Input pipelines (`bench/io.py`)",
+            "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
+            "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
-            "bench_loop": "## Engine overhead: one engine step vs a hand-written step"}
+            "bench_ps": "## Parameter server vs DDP with a slow worker",
+            "recipes": "## Recipes at an equal small budget (CPU)"}
 
 
 def quickstart_block(folder: Path, figures: Path) -> str:
@@ -98,6 +109,62 @@ def loop_block(folder: Path, figures: Path) -> str:
     ]) + "\n"
 
 
+def cpu_block(folder: Path, figures: Path) -> str:
+    """launch/bench_cpu.sh: nd vs DDP, fp32 vs bf16 (native and emulated), synthetic vs JPEG."""
+    from bench import summarize
+
+    runs = run_dirs(folder)
+    rows, rate = [], {}
+    for run_dir in runs:
+        r = summarize.row(run_dir)
+        run = read_log(run_dir)["run"][0]
+        rate[run_dir.name] = float(r["img/s"])
+        rows.append([r["run"], r["script"],
+                     f"{run['world_size']} x {run['hardware']['torch_threads']}",
+                     r["precision"], "synthetic" if run["config"]["dummy"] else "JPEG",
+                     str(r["global batch"]), str(run["steps_per_epoch"]), r["img/s"],
+                     r["img/s/proc"], r["wall s"]])
+    first = read_log(runs[0])["run"][0]
+
+    def ratio(text: str, a: str, b: str, processes: int = 1) -> List[str]:
+        """run a's img/s over run b's (over `processes` x b's: weak-scaling efficiency)."""
+        if a not in rate or b not in rate:
+            return []
+        over = f"({processes} x {rate[b]:.1f})" if processes > 1 else f"{rate[b]:.1f}"
+        return [f"* {text}: {rate[a]:.1f} / {over} img/s = "
+                f"**{rate[a] / (processes * rate[b]):.2f}**"]
+
+    ddp, nd2 = "ddp-2x1thread-fp32-synthetic", "nd-2threads-fp32-synthetic"
+    lines = (ratio("DDP weak-scaling efficiency, 2 processes x 1 thread vs 1 process x 1 "
+                   "thread (synthetic)", ddp, "nd-1thread-fp32-synthetic", processes=2)
+             + ratio("DDP 2 x 1 thread vs one process using both cores (synthetic)", ddp, nd2)
+             + ratio("DDP on JPEGs (decode and augmentation in 1 loader worker per process) "
+                     "vs on synthetic data", "ddp-2x1thread-fp32-jpeg", ddp)
+             + ratio("nd (2 threads) on JPEGs vs on synthetic data", "nd-2threads-fp32-jpeg",
+                     nd2)
+             + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, as this CPU runs it",
+                     "ddp-2x1thread-O1bf16-synthetic", ddp)
+             + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, held to AVX2 (bf16 emulated)",
+                     "ddp-2x1thread-O1bf16-synthetic-avx2", "ddp-2x1thread-fp32-synthetic-avx2"))
+    return "\n".join([
+        "`bash launch/bench_cpu.sh` (logs: `results/cpu/`): resnet18 at 64 px, `-b 32` per "
+        "process, one epoch of `steps` steps; synthetic = `--dummy` (compute and communication "
+        "only), JPEG = the generated JPEG set with 1 loader worker per process; img/s = median "
+        "of the logged intervals after the first. Runs ending in `-avx2` hold oneDNN and ATen "
+        "to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`), which is how a CPU "
+        f"without native bf16 runs. On {logged_hardware(first)}, commit "
+        f"{first.get('commit', 'unknown')}:",
+        "",
+        markdown_table(["run", "script", "procs x threads", "precision", "data",
+                        "global batch", "steps", "img/s", "img/s per process", "wall s"],
+                       rows, right_from=5),
+        "",
+        "The ratios, all from this one measurement:",
+        "",
+        *lines,
+    ]) + "\n"
+
+
 def recipes_block(folder: Path, figures: Path) -> str:
     """bench.recipes: the presets at the same budget, per run and per preset."""
     from bench import recipes
@@ -142,16 +209,58 @@ def recipes_block(folder: Path, figures: Path) -> str:
     ]) + "\n"
 
 
+def io_block(folder: Path, figures: Path) -> str:
+    from bench import io
+
+    return io.block(folder, figures)
+
+
+def hvd_block(folder: Path, figures: Path) -> str:
+    from bench import hvd
+
+    return hvd.report(folder)
+
+
+def scaling_block(folder: Path, figures: Path) -> str:
+    """The scaling model against the published cases, and against the sweep's runs on this
+    machine (the same logs as the sweep section)."""
+    from bench.scaling.cases import PRESETS, validate
+    from bench.scaling.measured import collect_runs, cpu_comparison
+    from bench.scaling.report import results_block
+
+    loop = PRESETS["cpu-loopback"].intra
+    host = logged_device(read_log(run_dirs(folder)[0])["run"][0])
+    return results_block(
+        validate(), cpu_comparison(collect_runs([folder]), PRESETS["cpu-loopback"]), loop,
+        "the `cpu-loopback` preset (gloo all-reduce between 2 processes, measured by "
+        "`python -m bench.scaling --measure-loopback` on a quiet machine)",
+        "Written by `launch/env.sh python -m bench.regenerate` from the published numbers in "
+        "`bench/scaling/cases.py` and the strategy sweep's logs (`results/sweep/`); "
+        "`python -m bench.scaling --runs DIR` prints the same tables for other runs.", host)
+
+
+def ps_block(folder: Path, figures: Path) -> str:
+    from bench import plot_ps, results
+
+    plot_ps.draw(folder, figures, None)
+    return results.bench_ps_block(folder, None)
+
+
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
-    "sweep": ("sweep", sweep_block),
     "bench_loop": ("loop", loop_block),
+    "bench_cpu": ("cpu", cpu_block),
+    "bench_io": ("io", io_block),
+    "bench_hvd": ("hvd", hvd_block),
+    "scaling_model": ("sweep", scaling_block),
+    "sweep": ("sweep", sweep_block),
+    "bench_ps": ("ps", ps_block),
     "recipes": ("recipes", recipes_block),
 }
 
 
-FOLDERS = [folder for folder, _ in SECTIONS.values()]
+FOLDERS = list(dict.fromkeys(folder for folder, _ in SECTIONS.values()))
 
 
 def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench import ps_stats, sweep_stats
-from bench.common import REPO, git_commit, markdown_table, write_block
+from bench.common import REPO, markdown_table, write_block
 
 HEADINGS = {"sweep": "## Strategy sweep", "bench_ps": "## Parameter server vs DDP with a slow "
                                                       "worker"}
@@ -102,7 +102,8 @@ def _load_note(meta: dict, meta_name: str) -> str:
                     ": the machine was otherwise quiet."))
     replaced = meta.get("_replaced", {})
     if replaced:
-        note += " Runs repeated with `--redo` (the first attempts are kept in `_replaced/`): " \
+        note += " Runs repeated with `--redo` (the first attempts were moved to the measurement " \
+            "folder's `_replaced/`, whose logs results/ does not keep): " \
             + ", ".join(f"`{k}` (other CPU {_fmt(m.get('other_cpu'), '.0%')})"
                         for k, m in replaced.items()) + "."
     return note
@@ -218,6 +219,21 @@ def sweep_block(sweep_dir: Path) -> str:
 
 
 # --- the parameter-server benchmark ---------------------------------------------------------------
+def _esync_settings(contenders) -> str:
+    """How the ESync contender decided its local steps, as its log records it."""
+    esync = next((c for c in contenders if c.key == "esync"), None)
+    if esync is None:
+        return ""
+    cfg = esync.run["config"]
+    if "esync_rule" not in cfg:
+        return " ESync's local steps: moving averages of the step times, timed by the workers."
+    rule = f"`--esync-rule {cfg['esync_rule']}`"
+    if cfg["esync_rule"] == "reference":
+        rule += f" with `--esync-epsilon {cfg['esync_epsilon']:g}`"
+    momentum = cfg["momentum"] if cfg.get("local_momentum") is None else cfg["local_momentum"]
+    return f" ESync's local steps: {rule}, local SGD with momentum {momentum:g}."
+
+
 def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
     contenders = ps_stats.load(bench_dir)
     if not contenders:
@@ -238,7 +254,7 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
                    "reached in these runs")
     text = [
         f"Measured by `launch/env.sh python -m bench.ps` (`{_where(bench_dir)}`, "
-        f"{_when(first.run)}) at commit {git_commit()} on {ps_stats.hardware(contenders)}, "
+        f"{_when(first.run)}) at commit {_commit(contenders)} on {ps_stats.hardware(contenders)}, "
         f"{first.run['hardware'].get('torch_threads')} thread(s) per process. Tables: "
         "`bench/results.py`; figures: `bench/plot_ps.py`; both read only the runs' "
         "`log.jsonl`." + _load_note(meta, "bench_ps.json"),
@@ -255,7 +271,7 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
         "background). Training wall-clock: DDP = sum of epoch times (its validation pauses "
         "training and is excluded); PS = train_elapsed of the evaluated snapshot. Time to target "
         f"= wall-clock of the first evaluation with val top-1 >= **{_fmt(target, 'g')} %** "
-        f"({reached}). Traffic per "
+        f"({reached}).{_esync_settings(contenders)} Traffic per "
         "worker: PS measured (bytes pushed + pulled: gradients or deltas, weights, BatchNorm "
         "buffers); DDP **computed**, not measured: ring all-reduce, 2(N-1)/N x fp32 gradient "
         "bytes sent and the same received per step. Comm ratio: a push's round trip less the "

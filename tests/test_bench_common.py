@@ -8,8 +8,8 @@ import json
 import pytest
 
 from bench import summarize
-from bench.common import logged_precision, read_log, replace_block, run_dirs, steady, \
-    val_points, write_block
+from bench.common import logged_precision, read_log, replace_block, run_dirs, shown_command, \
+    steady, val_points, write_block
 
 
 def test_replace_block_is_idempotent_and_touches_nothing_else():
@@ -143,3 +143,10 @@ def test_a_single_repeat_draws_no_error_bar(tmp_path):
     assert plot_scaling._spread([row], scale=[row["efficiency"] / row["img_s"]]) == [[0.0], [0.0]]
     plot_scaling.plot_efficiency([row], "one repeat", tmp_path / "efficiency.png")
     assert (tmp_path / "efficiency.png").stat().st_size > 10_000
+
+
+def test_shown_command_drops_where_the_outputs_go_and_keeps_the_measurement():
+    argv = ["--out", "runs/x", "--steps", "30", "--json=r.json", "--figure", "/tmp/f.png", "-b",
+            "8"]
+    assert shown_command("hvd", argv) == "python -m bench.hvd --steps 30 -b 8"
+    assert shown_command("io", []) == "python -m bench.io"

@@ -2,6 +2,8 @@
 numbers are measured by hand and go to RESULTS.md; nothing here is timed)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import REPO, read_jsonl, run_tool
@@ -17,9 +19,9 @@ def test_bench_loop_runs_and_checks_same_math():
 
 
 def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
-    figure = tmp_path / "io.png"
+    figure, record = tmp_path / "io.png", tmp_path / "io" / "bench_io.json"
     proc = run_tool("io", tiny_imagefolder, "--images", "32", "--image-size", "32", "-b", "8",
-                    "--passes", "1", "--workers", "1", "--figure", figure)
+                    "--passes", "2", "--workers", "1", "--figure", figure, "--json", record)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
             if line.startswith("| ") and "img/s" not in line]
@@ -27,6 +29,17 @@ def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
                         "pytorch backend"]
     assert any(row.startswith("DALI") for row in rows)
     assert figure.stat().st_size > 10_000
+    # the record alone gives RESULTS.md the same table and the same figure
+    saved = json.loads(record.read_text())
+    assert list(saved["results"]) == rows
+    assert all(len(r["runs"]) == 2 for r in saved["results"].values())
+    from bench import regenerate
+
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    block = regenerate.io_block(record.parent, figures)
+    assert block.strip() in proc.stdout
+    assert (figures / "io.png").read_bytes() == figure.read_bytes()
 
 
 def test_a_tool_without_the_engine_on_the_path_says_how_to_run_it():

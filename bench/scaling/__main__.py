@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import REPO, write_block
+from bench.common import REPO, git_commit, machine, write_block
 from bench.scaling.cases import PRESETS, validate
 from bench.scaling.measured import collect_runs, cpu_comparison, measure_loopback
 from bench.scaling.model import ALGOS, DTYPE_BYTES, GB, PARAMS, US, Link, check_params
@@ -142,7 +142,9 @@ def main(argv=None) -> int:
     if args.update_results:
         command = "launch/env.sh python -m bench.scaling " + " ".join(
             a for a in (argv if argv is not None else sys.argv[1:]))
-        block = results_block(rows, cpu_rows, loop, loop_note, command.strip())
+        block = results_block(rows, cpu_rows, loop, loop_note,
+                              f"Written by `{command.strip()}` at commit {git_commit()} on "
+                              f"{machine()}.", machine())
         write_block(args.results, RESULTS_BLOCK, block, RESULTS_HEADING)
         print(f"\nupdated the scaling_model block of {args.results}")
     return 0

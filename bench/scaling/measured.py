@@ -116,7 +116,8 @@ def cpu_comparison(runs: List[RunInfo], hw: Hardware) -> List[dict]:
             continue
         measured = statistics.median(m.img_s for m in members)
         row = {"entry": entry + (f" {mode}" if mode else ""), "procs": world,
-               "threads": threads, "config": key, "runs": len(members), "measured": measured,
+               "threads": threads, "config": key, "grad_dtype": gdt, "runs": len(members),
+               "measured": measured,
                "note": "", "predicted": {}, "baseline": {}}
         nd = [r for r in runs if r.entry == "nd" and r.world_size == 1 and r.threads == threads
               and r.key == key]

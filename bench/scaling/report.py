@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, Iterable, List, Optional
 
-from bench.common import git_commit, machine
 from bench.scaling.cases import PRESETS, SOURCES, Row
 from bench.scaling.model import GB, MIB, US, Link, Workload, params, predict
 
@@ -45,9 +44,9 @@ def presets_markdown(names: Iterable[str]) -> str:
 def cpu_markdown(rows: List[dict]) -> str:
     if not rows:
         return "(no multi-process runs found)"
-    lines = ["| entry | procs x threads | arch, image, batch, precision, data | runs | "
-             "measured img/s | model all-reduce | from 1-proc alone: img/s -> predicted (error) "
-             "| from 1-proc beside a twin: img/s -> predicted (error) |",
+    lines = ["| entry | procs x threads | arch, image, batch, precision, data, communicated | "
+             "runs | measured img/s | model all-reduce | from 1-proc alone: img/s -> "
+             "predicted (error) | from 1-proc beside a twin: img/s -> predicted (error) |",
              "|---|---|---|---:|---:|---:|---|---|"]
     for r in rows:
         arch, image, batch, prec, data, _ = r["config"]
@@ -61,13 +60,16 @@ def cpu_markdown(rows: List[dict]) -> str:
                 cells.append("-")
         comm = f"{r['t_comm'] * 1e3:.0f} ms" if "t_comm" in r else "-"
         lines.append(f"| {r['entry']} | {r['procs']}x{r['threads']} | {arch}, {image} px, "
-                     f"{batch}, {prec}, {data} | {r['runs']} | {r['measured']:.1f} | {comm} | "
+                     f"{batch}, {prec}, {data}, {r['grad_dtype']} gradients | {r['runs']} | "
+                     f"{r['measured']:.1f} | {comm} | "
                      f"{cells[0]} | {cells[1] if r['predicted'] else r['note']} |")
     return "\n".join(lines)
 
 
 def results_block(rows: List[Row], cpu_rows: Optional[List[dict]], loop: Link,
-                  loop_note: str, command: str) -> str:
+                  loop_note: str, origin: str, host: str) -> str:
+    """The RESULTS.md block. `origin`: the sentence that says what wrote it, from what; `host`:
+    the machine the measured runs were made on."""
     scored = [r for r in rows if not r.case.anchor]
     ok = [r for r in scored if abs(r.error) <= 0.15]
     used = sorted({r.case.hardware for r in rows})
@@ -76,8 +78,7 @@ def results_block(rows: List[Row], cpu_rows: Optional[List[dict]], loop: Link,
         if r.case.note:
             notes.setdefault(r.case.note, []).append(r.case.name)
     parts = [
-        f"Written by `{command}` at commit {git_commit()} on {machine()}. Published numbers "
-        "are quoted from the sources listed under the table; no model input is fitted to a "
+        f"{origin} Published numbers are quoted from the sources listed under the table; no model input is fitted to a "
         "multi-device result (HAL published no 1-GPU run, so its 2-GPU run is the anchor).",
         "",
         "**Model** (`bench/scaling/model.py`; its comments give the reason for every term). "
@@ -110,7 +111,7 @@ def results_block(rows: List[Row], cpu_rows: Optional[List[dict]], loop: Link,
                                                                          for r in rows)]
     parts += ["", "What the rows outside +-15 % say:", ""]
     parts += [f"* {'; '.join(names)}: {note}." for note, names in notes.items()]
-    parts += ["", f"**This machine** ({machine()}, 2 processes x 1 thread, gloo over "
+    parts += ["", f"**This machine** ({host}, 2 processes x 1 thread, gloo over "
               f"loopback; {loop_note}: B = {loop.bandwidth / GB:.2f} GB/s, alpha = "
               f"{loop.latency / US:.0f} us; overlap 0: both cores compute, none is free to "
               "hide the all-reduce). img/s are medians over each run's logged intervals, the "
