@@ -97,9 +97,11 @@ def gradient_bytes(c: Contender) -> int:
     import torchvision
 
     cfg = c.run["config"]
-    if cfg.get("dummy") or cfg.get("data_backend") == "synthetic":
+    if "num_classes" in c.run:
+        classes = c.run["num_classes"]
+    elif cfg.get("dummy") or cfg.get("data_backend") == "synthetic":
         classes = cfg["synthetic_classes"]
-    else:
+    else:  # logs from before the run record had num_classes: count the data set's folders
         classes = sum(1 for d in (Path(cfg["data"]) / "train").iterdir() if d.is_dir())
     model = torchvision.models.get_model(cfg["arch"], weights=None, num_classes=classes)
     return sum(p.numel() for p in model.parameters()) * 4

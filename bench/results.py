@@ -47,7 +47,10 @@ def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
 
 
 def _where(path: Path) -> str:
-    """A run folder as the reader should find it: relative to the repository when inside."""
+    """A run folder as the reader should find it: relative to the repository when inside (a
+    relative path, as logs record them, is taken as relative to the repository)."""
+    if not path.is_absolute():
+        return str(path)
     path = path.resolve()
     try:
         return str(path.relative_to(REPO))

@@ -163,7 +163,7 @@ class Trainer:
         lifecycle.write_run_record(
             self.log, cfg, self.entry, resume_state, **strategy.describe(),
             precision=self.precision.describe(), global_batch=self.global_batch, lr=self.lr,
-            steps_per_epoch=self.steps_per_epoch,
+            num_classes=self.num_classes, steps_per_epoch=self.steps_per_epoch,
             train_samples_per_rank=self.train_loader.num_samples, device=str(self.device))
         self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
                        f"device {self.device}, {self._precision_text()}, global batch "

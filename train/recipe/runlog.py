@@ -7,8 +7,8 @@ RESULTS.md read nothing else). One JSON object per line, always with `kind`, `ti
 seconds) and `elapsed` (seconds since the run started). Top-k values are percentages.
   kind="run"     first record (lifecycle.write_run_record): config (resolved), entry, strategy,
                  world_size, devices_per_process, backend, precision {opt_level, dtype,
-                 loss_scaling}, global_batch, lr, device, resumed_from, versions, hardware, argv,
-                 commit (of this repository);
+                 loss_scaling}, global_batch, lr, num_classes, device, resumed_from, versions,
+                 hardware, argv, commit (of this repository);
                  the engine adds steps_per_epoch and train_samples_per_rank; the parameter
                  server adds mode, workers, slowdowns and split
   kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),

@@ -73,7 +73,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         workers=workers, backend="tensorpipe", devices_per_process=1,
         slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
         precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
-        device=str(device))
+        num_classes=num_classes, device=str(device))
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
               f"(slowdown {slowdowns}, split "
