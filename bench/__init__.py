@@ -3,6 +3,8 @@
 
   sweep         strategies x workers x precision, every combination a real run
   ps            parameter server (sync, async, ESync) vs DDP with a slow worker
+  esync         ESync vs sync and async SGD with a slow worker, IID and by-class splits
+  recipes       the presets of recipes/ at one small budget
   hvd           Horovod vs DDP throughput in one run
   io            input-pipeline throughput, every loader on the same files and cores
   loop          the engine's optimizer step (Trainer.train_step) vs a hand-written one,
@@ -13,6 +15,7 @@
   plot_curves   learning curves of runs
   plot_scaling  the sweep's figures (figures/scaling_*.png)
   plot_ps       the PS benchmark's figures (figures/ps_*.png)
+  regenerate    every RESULTS.md section and figure, from the logs kept in results/
 
 and the modules they share: common (the run-log reader, the RESULTS.md block and table
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and

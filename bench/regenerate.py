@@ -18,6 +18,7 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)
   results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
+  results/esync/              the `esync` block and figures/esync_study.png (bench.esync)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
 """
 from __future__ import annotations
@@ -43,6 +44,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
+            "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
             "recipes": "## Recipes at an equal small budget (CPU)"}
 
 
@@ -246,6 +248,12 @@ def ps_block(folder: Path, figures: Path) -> str:
     return results.bench_ps_block(folder, None)
 
 
+def esync_block(folder: Path, figures: Path) -> str:
+    from bench import esync
+
+    return esync.block(folder, figures)
+
+
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
@@ -256,6 +264,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "scaling_model": ("sweep", scaling_block),
     "sweep": ("sweep", sweep_block),
     "bench_ps": ("ps", ps_block),
+    "esync": ("esync", esync_block),
     "recipes": ("recipes", recipes_block),
 }
 

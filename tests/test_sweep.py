@@ -142,3 +142,34 @@ def test_quick_bench_ps_draws_and_writes_results(tmp_path, results_copy):
     _run("results", "--bench-ps", tmp_path / "ps", "--results", results_copy,
          "--target", "99.9")
     assert "s to 99.9 %" in results_copy.read_text()
+
+
+def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(tmp_path):
+    cmds = _commands(_run("esync", "--dry-run", "--repeats", "2", "--out", tmp_path).stdout)
+    assert list(cmds)[:6] == [f"{split}-{mode}-s0" for split in ("iid", "by-class")
+                              for mode in ("sync", "async", "esync")]
+    assert len(cmds) == 12  # the second seed after every combination of the first
+    for name, argv in cmds.items():
+        split, mode, seed = name.rsplit("-", 2)
+        assert argv[argv.index("--split") + 1] == split and argv[argv.index("--mode") + 1] == mode
+        assert argv[argv.index("--seed") + 1] == seed[1:]
+        assert argv[argv.index("--worker-slowdown") + 1] == "1,1,4"
+        assert ("--esync-epsilon" in argv) == (mode == "esync")
+
+
+def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path):
+    from bench import esync
+
+    out, figures = tmp_path / "esync", tmp_path / "fig"
+    proc = _run("esync", "--quick", "--splits", "by-class", "--out", out, "--figures",
+                figures, timeout=600)
+    assert (figures / "esync_study.png").stat().st_size > 10_000
+    rows = {(r["split"], r["mode"]): r for r in esync.compare(esync.load(out))}
+    assert set(rows) == {("by-class", m) for m in ("sync", "async", "esync")}
+    sync = rows["by-class", "sync"]
+    # sync's target is its own final accuracy: it reaches it, at speed-up 1 by definition
+    assert sync["target"] == sync["final"] and sync["time"] is not None
+    assert len(rows["by-class", "esync"]["local_steps"]) == 3
+    for r in rows.values():
+        assert r["gap"] == pytest.approx(r["final"] - sync["final"])
+    assert esync.report(out).strip() in proc.stdout

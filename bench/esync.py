@@ -1,0 +1,258 @@
+"""ESync against synchronous and asynchronous SGD on the parameter server, with heterogeneous
+workers, on an IID and a non-IID (by-class) split: the comparison the ESync paper makes.
+
+    launch/env.sh python -m bench.esync                  # ~20 min on 2 cores
+    launch/env.sh python -m bench.esync --quick          # smoke run (~2 min)
+    launch/env.sh python -m bench.esync --report runs/esync-20261123-120000
+
+Every combination of --mode sync|async|esync and --split iid|by-class runs `train/ps.py` with
+--workers compute processes and the same --worker-slowdown (default 1,1,4: the third worker
+sleeps 3x its compute time after each step, an emulated slower device), --repeats times with
+seeds 0..R-1, the repeats interleaved so that drifts in the machine's speed hit every mode.
+Same model, data, per-worker batch, base lr (scaled per mode as in train/recipe/ps/server.py),
+schedule and epochs; the server validates once per epoch, in the background, on the weights of
+that moment (their `train_elapsed` is the wall-clock used here).
+
+For each split and seed the target is synchronous SGD's final validation top-1 of that seed:
+time to target is the training wall-clock of a run's first validation at or above it, and
+ESync's speed-up is sync's time to its own final accuracy over ESync's. The table, the figure
+(figures/esync_study.png) and the RESULTS.md block are written from the runs' logs only.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from bench.common import (REPO, logged_hardware, markdown_table, read_log, run_dirs,
+                          val_points)
+from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
+
+MODES = ("sync", "async", "esync")
+SPLITS = ("iid", "by-class")
+FIGURE = "esync_study.png"
+
+
+def jobs(args, out: Path, data: Path) -> List[tuple]:
+    common = ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
+              "--epochs", str(args.epochs), "--lr", str(args.lr), "--warmup-epochs",
+              str(args.warmup_epochs), "--lr-schedule", "cosine", "-p", str(args.print_freq),
+              "-j", "1", "--worker-slowdown", args.slowdown, "--logdir", str(out), str(data)]
+    listed = []
+    for seed in range(args.repeats):
+        for split in args.splits:
+            for mode in MODES:
+                name = f"{split}-{mode}-s{seed}"
+                extra = ["--esync-epsilon", str(args.esync_epsilon)] if mode == "esync" else []
+                listed.append((name, launcher("ps", args.workers + 1) + common + [
+                    "--mode", mode, "--split", split, "--seed", str(seed), *extra,
+                    "--run-name", name]))
+    return listed
+
+
+# --- what the logs say ---------------------------------------------------------------------------
+def load(folder: Path) -> List[dict]:
+    """One dict per run: split, mode, seed, the timed validation curve, final top-1, samples/s
+    and (esync) the mean local steps of each worker."""
+    runs = []
+    for run_dir in run_dirs(folder):
+        logs = read_log(run_dir)
+        if "run" not in logs:
+            continue
+        run = logs["run"][0]
+        curve = sorted((p for p in val_points(logs) if p.seconds is not None),
+                       key=lambda p: p.seconds)
+        epochs = logs.get("train_epoch", [])
+        train_s = sum(e["epoch_time"] for e in epochs)
+        local: Dict[int, List[float]] = {}
+        for w in logs.get("worker", []):
+            if w.get("local_steps") is not None:
+                local.setdefault(w["worker"], []).append(w["local_steps"])
+        runs.append({"name": run_dir.name, "split": run["split"], "mode": run["mode"],
+                     "seed": run["config"]["seed"], "run": run, "curve": curve,
+                     "final": curve[-1].top1 if curve else None,
+                     "samples_s": (sum(e["count"] for e in epochs) / train_s if train_s
+                                   else None),
+                     "local_steps": [statistics.mean(v) for _, v in sorted(local.items())]})
+    return runs
+
+
+def time_to(run: dict, target: Optional[float]) -> Optional[float]:
+    hit = next((p for p in run["curve"] if target is not None and p.top1 >= target), None)
+    return hit.seconds if hit else None
+
+
+def compare(runs: List[dict]) -> List[dict]:
+    """Every run with its seed's sync target, its time to it and its speed-up over sync."""
+    sync = {(r["split"], r["seed"]): r for r in runs if r["mode"] == "sync"}
+    out = []
+    for r in runs:
+        base = sync.get((r["split"], r["seed"]))
+        target = base["final"] if base else None
+        t, t_sync = time_to(r, target), time_to(base, target) if base else None
+        out.append({**r, "target": target, "time": t,
+                    "speedup": t_sync / t if t and t_sync else None,
+                    "gap": r["final"] - target if target is not None else None})
+    return out
+
+
+def _spread(values: List[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return format(values[0], fmt)
+    return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-"
+            f"{format(max(values), fmt)})")
+
+
+def report(folder: Path) -> str:
+    rows = compare(load(folder))
+    if not rows:
+        raise SystemExit(f"error: no run with a log.jsonl under {folder}")
+    first = rows[0]["run"]
+    cfg = first["config"]
+    seeds = sorted({r["seed"] for r in rows})
+    table, verdicts = [], []
+    for split in SPLITS:
+        for mode in MODES:
+            group = [r for r in rows if r["split"] == split and r["mode"] == mode]
+            if not group:
+                continue
+            reached = [r["time"] for r in group if r["time"] is not None]
+            local = [r["local_steps"] for r in group if r["local_steps"]]
+            table.append([
+                split, mode, str(len(group)),
+                _spread([r["final"] for r in group], ".1f"),
+                "-" if mode == "sync" else _spread([r["gap"] for r in group], "+.1f"),
+                f"{_spread(reached, '.0f')} ({len(reached)} of {len(group)})",
+                "-" if mode == "sync" else _spread(
+                    [r["speedup"] for r in group if r["speedup"]], ".2f"),
+                _spread([r["samples_s"] for r in group if r["samples_s"]], ".0f"),
+                " / ".join(f"{statistics.mean(w):.1f}" for w in zip(*local)) if local else "-"])
+            if mode != "sync":
+                speedups = [r["speedup"] for r in group if r["speedup"]]
+                gaps = [r["gap"] for r in group]
+                verdicts.append(
+                    f"* **{split}, {mode}**: final top-1 {statistics.mean(gaps):+.1f} points "
+                    f"from sync's on average; reached sync's final accuracy in "
+                    f"{len(speedups)} of {len(group)} runs" + (
+                        f", {statistics.median(speedups):.2f}x as fast as sync (median)"
+                        if speedups else "") + ".")
+    return "\n".join([
+        f"`launch/env.sh python -m bench.esync` (logs: `results/esync/`): {first['workers']} "
+        f"workers with `--worker-slowdown {cfg['worker_slowdown']}` (the last one sleeps "
+        "after each step: an emulated slower device), "
+        f"{cfg['arch']} at {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker, "
+        f"{cfg['epochs']} epochs, lr {cfg['lr']:g} per 256 scaled per mode, cosine with "
+        f"warm-up, seeds {', '.join(map(str, seeds))}; ESync with `--esync-rule "
+        f"{cfg['esync_rule']}`. Validation once per epoch on the server; time = training "
+        f"wall-clock of the evaluated weights. Target per split and seed = sync's final "
+        f"val top-1 of that seed. On {logged_hardware(first)}, commit "
+        f"{first.get('commit', 'unknown')}:",
+        "",
+        markdown_table(["split", "mode", "runs", "final top-1", "vs sync (points)",
+                        "s to sync's final top-1 (reached)", "speed-up vs sync",
+                        "samples/s", "local steps per round, per worker"], table, right_from=2),
+        "",
+        "Medians, with the lowest and highest run in brackets.",
+        "",
+        *verdicts,
+        "",
+        f"![validation top-1 vs time](figures/{FIGURE})",
+    ]) + "\n"
+
+
+def draw(folder: Path, figures: Path) -> Path:
+    from bench.figure import plt, save_figure
+
+    rows = compare(load(folder))
+    splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
+    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False,
+                             sharey=True)
+    colours = {mode: f"C{i}" for i, mode in enumerate(MODES)}
+    for ax, split in zip(axes[0], splits):
+        for r in (r for r in rows if r["split"] == split):
+            ax.plot([p.seconds for p in r["curve"]], [p.top1 for p in r["curve"]], "o-",
+                    ms=3, color=colours[r["mode"]], alpha=0.8,
+                    label=r["mode"] if r["seed"] == 0 else None)
+        targets = [r["target"] for r in rows if r["split"] == split and r["mode"] == "sync"]
+        if targets:
+            ax.axhline(statistics.mean(targets), color="black", ls="--", lw=0.8,
+                       label="sync's final top-1, mean of seeds")
+        ax.set(title=f"split: {split}", xlabel="training wall-clock (s)", ylim=(0, 101))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0][0].set_ylabel("validation top-1 (%)")
+    run = rows[0]["run"]
+    fig.suptitle(f"{run['config']['arch']} {run['config']['image_size']} px, "
+                 f"{run['workers']} workers, slowdown {run['config']['worker_slowdown']}; "
+                 "one line per seed", fontsize=8)
+    path = figures / FIGURE
+    save_figure(fig, path)
+    return path
+
+
+def block(folder: Path, figures: Path) -> str:
+    """bench.regenerate's section: the figure and the table from results/esync/."""
+    draw(folder, figures)
+    return report(folder)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n", 1)[1])
+    p.add_argument("--out", type=Path, help="folder of the runs (default runs/esync-<stamp>)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="run nothing: draw and print the block of an earlier --out")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny data, 2 epochs")
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--redo", metavar="REGEX", help="repeat the finished runs matching REGEX")
+    p.add_argument("--repeats", type=int, default=2, help="seeds per combination")
+    p.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--slowdown", default="1,1,4")
+    p.add_argument("-a", "--arch", default="resnet18")
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("-b", "--batch-size", type=int, default=16, help="per worker")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--lr", type=float, default=0.4, help="for a batch of 256, scaled per mode")
+    p.add_argument("--warmup-epochs", type=float, default=1)
+    p.add_argument("-p", "--print-freq", type=int, default=5)
+    p.add_argument("--train-per-class", type=int, default=64)
+    p.add_argument("--esync-epsilon", type=float, default=0.05,
+                   help="ESync's margin in seconds (the authors' 0.5 s exceeds a whole step "
+                        "at this size)")
+    p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
+    p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
+    p.add_argument("--figures", type=Path, default=REPO / "figures")
+    args = p.parse_args(argv)
+    if args.quick:
+        quick_defaults(args, argv, {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
+                                    "--warmup-epochs": ("warmup_epochs", 0),
+                                    "--repeats": ("repeats", 1),
+                                    "--train-per-class": ("train_per_class", 12)})
+    if len(args.slowdown.split(",")) != args.workers:
+        p.error(f"--slowdown {args.slowdown} needs one factor per worker ({args.workers})")
+
+    def finish(folder: Path) -> int:
+        draw(folder, args.figures)
+        print(report(folder))
+        return 0
+
+    if args.report:
+        if not args.report.is_dir():
+            p.error(f"--report {args.report}: no such folder")
+        return finish(args.report)
+    out = args.out or stamped_out("esync")
+    data = out / "_data"
+    size = (24, 32) if args.quick else (40, 56)
+    dataset = dataset_command(data, 6 if args.quick else 10, args.train_per_class,
+                              6 if args.quick else 20, *size)
+    return run_batch(jobs(args, out, data), out, args, "esync.json", dataset, finish)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
