@@ -24,10 +24,10 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List
 
-from bench.common import (REPO, logged_hardware, markdown_table, read_log, run_dirs,
-                          val_points)
+from bench import ps_stats
+from bench.common import REPO, logged_hardware, markdown_table
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
 MODES = ("sync", "async", "esync")
@@ -53,48 +53,27 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
 
 
 # --- what the logs say ---------------------------------------------------------------------------
-def load(folder: Path) -> List[dict]:
-    """One dict per run: split, mode, seed, the timed validation curve, final top-1, samples/s
-    and (esync) the mean local steps of each worker."""
-    runs = []
-    for run_dir in run_dirs(folder):
-        logs = read_log(run_dir)
-        if "run" not in logs:
-            continue
-        run = logs["run"][0]
-        curve = sorted((p for p in val_points(logs) if p.seconds is not None),
-                       key=lambda p: p.seconds)
-        epochs = logs.get("train_epoch", [])
-        train_s = sum(e["epoch_time"] for e in epochs)
-        local: Dict[int, List[float]] = {}
-        for w in logs.get("worker", []):
-            if w.get("local_steps") is not None:
-                local.setdefault(w["worker"], []).append(w["local_steps"])
-        runs.append({"name": run_dir.name, "split": run["split"], "mode": run["mode"],
-                     "seed": run["config"]["seed"], "run": run, "curve": curve,
-                     "final": curve[-1].top1 if curve else None,
-                     "samples_s": (sum(e["count"] for e in epochs) / train_s if train_s
-                                   else None),
-                     "local_steps": [statistics.mean(v) for _, v in sorted(local.items())]})
-    return runs
-
-
-def time_to(run: dict, target: Optional[float]) -> Optional[float]:
-    hit = next((p for p in run["curve"] if target is not None and p.top1 >= target), None)
-    return hit.seconds if hit else None
-
-
-def compare(runs: List[dict]) -> List[dict]:
-    """Every run with its seed's sync target, its time to it and its speed-up over sync."""
-    sync = {(r["split"], r["seed"]): r for r in runs if r["mode"] == "sync"}
+def compare(folder: Path) -> List[dict]:
+    """Every run of the study (bench.ps_stats reads its log) with split, mode and seed, its
+    seed's sync target, its time to that target and its speed-up over sync."""
+    runs = [c for c in ps_stats.load(folder) if c.is_ps]
+    sync = {}  # (split, seed) -> (sync's final top-1, its time to reach it)
+    for c in (c for c in runs if c.key == "sync"):
+        final = ps_stats.summarize(c, None)["final_top1"]
+        sync[c.run["split"], c.run["config"]["seed"]] = (
+            final, ps_stats.summarize(c, final)["time_to_target"])
     out = []
-    for r in runs:
-        base = sync.get((r["split"], r["seed"]))
-        target = base["final"] if base else None
-        t, t_sync = time_to(r, target), time_to(base, target) if base else None
-        out.append({**r, "target": target, "time": t,
+    for c in runs:
+        split, seed = c.run["split"], c.run["config"]["seed"]
+        target, t_sync = sync.get((split, seed), (None, None))
+        row = ps_stats.summarize(c, target)
+        t = row["time_to_target"]
+        out.append({"split": split, "mode": c.key, "seed": seed, "run": c.run,
+                    "curve": ps_stats.val_curve(c), "final": row["final_top1"],
+                    "samples_s": row["samples_s"], "local_steps": row["local_steps"],
+                    "target": target, "time": t,
                     "speedup": t_sync / t if t and t_sync else None,
-                    "gap": r["final"] - target if target is not None else None})
+                    "gap": row["final_top1"] - target if target is not None else None})
     return out
 
 
@@ -107,10 +86,7 @@ def _spread(values: List[float], fmt: str) -> str:
             f"{format(max(values), fmt)})")
 
 
-def report(folder: Path) -> str:
-    rows = compare(load(folder))
-    if not rows:
-        raise SystemExit(f"error: no run with a log.jsonl under {folder}")
+def report(rows: List[dict]) -> str:
     first = rows[0]["run"]
     cfg = first["config"]
     seeds = sorted({r["seed"] for r in rows})
@@ -164,10 +140,9 @@ def report(folder: Path) -> str:
     ]) + "\n"
 
 
-def draw(folder: Path, figures: Path) -> Path:
+def draw(rows: List[dict], figures: Path) -> Path:
     from bench.figure import plt, save_figure
 
-    rows = compare(load(folder))
     splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
     fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False,
                              sharey=True)
@@ -194,10 +169,18 @@ def draw(folder: Path, figures: Path) -> Path:
     return path
 
 
+def rows_of(folder: Path) -> List[dict]:
+    rows = compare(folder)
+    if not rows:
+        raise SystemExit(f"error: no parameter-server run with a log.jsonl under {folder}")
+    return rows
+
+
 def block(folder: Path, figures: Path) -> str:
     """bench.regenerate's section: the figure and the table from results/esync/."""
-    draw(folder, figures)
-    return report(folder)
+    rows = rows_of(folder)
+    draw(rows, figures)
+    return report(rows)
 
 
 def main(argv=None) -> int:
@@ -238,8 +221,7 @@ def main(argv=None) -> int:
         p.error(f"--slowdown {args.slowdown} needs one factor per worker ({args.workers})")
 
     def finish(folder: Path) -> int:
-        draw(folder, args.figures)
-        print(report(folder))
+        print(block(folder, args.figures))
         return 0
 
     if args.report:
