@@ -196,6 +196,10 @@ def cpu_cores() -> int:
     return recipe_module("machine").cpu_cores()
 
 
+def native_bf16() -> bool:
+    return recipe_module("machine").native_bf16()
+
+
 def gpu_name() -> Optional[str]:
     """The current CUDA device's name, None without one. Imports torch: call it only from
     tools that use torch anyway."""

@@ -15,6 +15,7 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
   results/hvd/                the `bench_hvd` block (bench.hvd)
+  results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)
   results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
@@ -41,6 +42,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "bench_cpu": "## CPU: nd vs DDP, fp32 vs bf16",
             "bench_io": "## Input pipelines (`bench/io.py`)",
             "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
+            "bench_e2e": "## End to end vs pytorch/examples (`bench/e2e.py`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
@@ -217,6 +219,12 @@ def io_block(folder: Path, figures: Path) -> str:
     return io.block(folder, figures)
 
 
+def e2e_block(folder: Path, figures: Path) -> str:
+    from bench import e2e
+
+    return e2e.block(folder, figures)
+
+
 def hvd_block(folder: Path, figures: Path) -> str:
     from bench import hvd
 
@@ -261,6 +269,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "bench_cpu": ("cpu", cpu_block),
     "bench_io": ("io", io_block),
     "bench_hvd": ("hvd", hvd_block),
+    "bench_e2e": ("e2e", e2e_block),
     "scaling_model": ("sweep", scaling_block),
     "sweep": ("sweep", sweep_block),
     "bench_ps": ("ps", ps_block),

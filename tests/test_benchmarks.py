@@ -67,3 +67,93 @@ def test_bench_recipes_scales_each_preset_to_the_budget_and_runs_it(tmp_path):
     # the EMA keeps its share of the run: 1 - 2e-5 x 1,281,167 / 32 images, every step
     assert v2["model_ema_steps"] == 1
     assert v2["model_ema_decay"] == pytest.approx(1 - 2e-5 * 1281167 / 32, rel=1e-5)
+
+
+# pytorch/examples' imagenet/main.py prints these (its format, as of 2025); ours prints the others.
+PEER_LINES = [
+    (2.9, "Using device: cpu"),
+    (5.8, "Epoch: [0][ 1/3]\tTime  2.607 ( 2.607)\tData  0.183 ( 0.183)\tLoss 7.0e+00 (7.0e+00)"),
+    (8.4, "Epoch: [0][ 2/3]\tTime  2.588 ( 2.597)\tData  0.005 ( 0.094)\tLoss 6.9e+00 (6.9e+00)"),
+    (9.2, "Epoch: [0][ 3/3]\tTime  0.848 ( 2.014)\tData  0.004 ( 0.064)\tLoss 6.8e+00 (6.8e+00)"),
+    (11.1, "Test: [1/2]\tTime  1.886 ( 1.886)\tLoss 5.9e+05 (5.9e+05)\tAcc@1  0.00 (  0.00)"),
+    (11.6, "Test: [2/2]\tTime  0.500 ( 1.193)\tLoss 3.6e+05 (4.7e+05)\tAcc@1 25.00 ( 12.50)"),
+    (11.7, " *   Acc@1 11.000 Acc@5 50.000"),
+]
+OUR_LINES = [
+    (3.2, "2026-11-23 16:44:20  => nd: resnet18 on 1 process(es), device cpu, O0 float32"),
+    (5.7, "2026-11-23 16:44:23  Epoch [0][1/2]  loss 2.3084  top1  21.88  top5  53.12  "
+          "lr 0.0125  img/s 12.5 (12.5/proc)  data 0.162s  step 2.500s  ETA epoch 0:00:02"),
+    (7.8, "2026-11-23 16:44:25  Epoch [0][2/2]  loss 2.3658  top1  21.88  top5  53.12  "
+          "lr 0.0125  img/s 15.8 (15.8/proc)  data 0.024s  step 2.100s  ETA epoch 0:00:00"),
+    (7.8, "2026-11-23 16:44:25   * Train epoch 0: loss 2.3  top1 21.9  top5 53.1  14 img/s"),
+    (10.8, "2026-11-23 16:44:28   * Val epoch 0: loss 3.7004  top1 31.000  top5 81.000  "
+           "(100 images, 3.0s)  best top1 31.000"),
+]
+
+
+@pytest.mark.parametrize("name,lines,expected", [
+    ("pytorch/examples", PEER_LINES, {"start-up and first step": 5.8, "training": 3.4,
+                                      "validation": 2.5, "end": 1.3, "steps": 3,
+                                      "data wait": 0.192}),
+    ("ours", OUR_LINES, {"start-up and first step": 5.7, "training": 2.1, "validation": 3.0,
+                         "end": 2.2, "steps": 2, "data wait": 0.186}),
+])
+def test_bench_e2e_splits_the_wall_time_by_each_scripts_own_lines(name, lines, expected):
+    from bench import e2e
+
+    split = e2e.phases(lines, 13.0, e2e.OUTPUTS[name])
+    assert split == pytest.approx({"wall": 13.0, **expected})
+    assert sum(split[p] for p in e2e.PHASES) == pytest.approx(13.0)
+
+
+STAND_IN_PEER = '''
+"""Stands in for pytorch/examples' imagenet/main.py (which is never kept in this repository):
+the same options, the same kind of output lines, a little work per step."""
+import argparse, time
+p = argparse.ArgumentParser()
+for flag in ("-a", "-b", "-j", "--epochs", "-p"):
+    p.add_argument(flag)
+p.add_argument("--no-accel", action="store_true")
+p.add_argument("data")
+args = p.parse_args()
+assert args.no_accel and args.p == "1", "the tool must pass -p 1 and, without a GPU, --no-accel"
+time.sleep(0.3)
+for epoch in range(int(args.epochs)):
+    for i in range(3):
+        time.sleep(0.2)
+        print(f"Epoch: [{epoch}][{i + 1}/3]\\tTime  0.200 ( 0.200)\\tData  0.010 ( 0.010)")
+    time.sleep(0.2)
+    print(" *   Acc@1 10.000 Acc@5 50.000")
+'''
+
+
+def test_bench_e2e_runs_our_script_against_the_peer_in_turns(tmp_path, tiny_imagefolder):
+    from bench import e2e, regenerate
+
+    peer, record = tmp_path / "main.py", tmp_path / "e2e" / "bench_e2e.json"
+    peer.write_text(STAND_IN_PEER)
+    proc = run_tool("e2e", tiny_imagefolder, "--peer", peer, "-b", "8", "-j", "1",
+                    "--repeats", "2", "--fast-amp", "off", "--json", record, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    saved = json.loads(record.read_text())
+    runs = saved["runs"]
+    # in turns: repeat 0 of every contender, then repeat 1
+    assert [(r["contender"], r["repeat"]) for r in runs] == [
+        (name, repeat) for repeat in (0, 1) for name in ("pytorch/examples", "nd defaults",
+                                                         "nd fast")]
+    for r in runs:
+        assert sum(r[p] for p in e2e.PHASES) == pytest.approx(r["wall"], abs=0.01)
+        assert r["steps"] == (3 if r["contender"] == "pytorch/examples" else 64 // 8)
+    assert "--data-backend dali-cpu" in saved["commands"]["nd fast"]
+    assert "--opt-level" not in saved["commands"]["nd fast"]  # --fast-amp off
+    ratios = e2e.ratios(saved)
+    assert set(ratios) == {"nd defaults", "nd fast"} and all(len(v) == 2 for v in
+                                                             ratios.values())
+    # the record alone gives RESULTS.md the same block
+    assert regenerate.e2e_block(record.parent, tmp_path).strip() in proc.stdout
+
+
+def test_bench_e2e_without_the_peer_script_says_where_to_get_it(tmp_path):
+    proc = run_tool("e2e", "--peer", tmp_path / "main.py")
+    assert proc.returncode == 2
+    assert "pytorch/examples" in proc.stderr and "Traceback" not in proc.stderr
