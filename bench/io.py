@@ -15,9 +15,8 @@ warm-up pass, the contenders taking turns; the figure is the median:
                         Normalize in a DataLoader, as in pytorch/examples
   pytorch backend       this repository's --data-backend pytorch (uint8 decode and batches,
                         normalised on the device)
-  DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU);
-                        it builds a pipeline per epoch (each epoch has its own file order), so
-                        "steady state" also shows one pipeline reused, as in long epochs
+  DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU):
+                        one pipeline for the run, fed each pass's file order
   DALI cpu / gpu        --data-backend dali-cpu / dali-gpu, when a GPU is present
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
@@ -103,21 +102,6 @@ def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train = recipe_train_loader(data, backend, batch, size, workers, device)
     return _loader_pass(train, sync=device.type == "cuda", epochs=True)
-
-
-def dali_steady_state(data: Path, batch: int, size: int, workers: int):
-    """The dali-cpu pipeline built once and reused pass after pass: what an epoch costs once
-    it is long enough (ImageNet) for the per-epoch pipeline build to vanish. The backend itself
-    builds one pipeline per epoch, to read each epoch's own file order."""
-    train = recipe_train_loader(data, "dali-cpu", batch, size, workers, torch.device("cpu"))
-    batches = train.Iterator([train.pipeline(*train.files_for_pass())], ["images", "targets"],
-                             reader_name="Reader", last_batch_policy=train.LastBatchPolicy.DROP,
-                             auto_reset=True)
-
-    def one_pass() -> int:
-        return sum(len(batch[0]["targets"]) for batch in batches)
-    one_pass.close = lambda: None
-    return one_pass
 
 
 def _loader_pass(loader, sync: bool = False, epochs: bool = False):
@@ -257,9 +241,6 @@ def main(argv=None) -> None:
         "DALI cpu" if gpu else "DALI CPU-only": lambda: recipe_backend(
             data, "dali-cpu", args.batch_size, args.image_size, args.workers),
     }
-    if not gpu:
-        contenders["DALI CPU-only, steady state"] = lambda: dali_steady_state(
-            data, args.batch_size, args.image_size, args.workers)
     if gpu:
         contenders["DALI gpu"] = lambda: recipe_backend(data, "dali-gpu", args.batch_size,
                                                         args.image_size, args.workers)

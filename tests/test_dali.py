@@ -29,6 +29,22 @@ def _cfg(data, backend="dali-cpu", *extra):
                        *map(str, extra), str(data)])
 
 
+@pytest.fixture
+def loaders():
+    """build_loaders for one test, whose loaders are closed when it ends, failed or not:
+    DALI's pipelines live for the whole run, and a later test forking DataLoader workers
+    while DALI's threads hold locks can hang the child."""
+    built = []
+
+    def build(cfg, shard):
+        train, val, classes = build_loaders(cfg, shard, CPU)
+        built.extend((train, val))
+        return train, val, classes
+    yield build
+    for loader in built:
+        loader.close()
+
+
 def test_dali_cpu_ddp_trains_for_real(tiny_imagefolder, tmp_path):
     run_script("ddp.py", TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--data-backend",
                                  "dali-cpu", "--logdir", tmp_path, "--run-name", "dali",
@@ -41,13 +57,12 @@ def test_dali_cpu_ddp_trains_for_real(tiny_imagefolder, tmp_path):
     assert run["config"]["data_backend"] == "dali-cpu" and run["world_size"] == 2
 
 
-def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder):
+def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder, loaders):
     """Each rank's DALI pipeline reads its own files (global rank), the shards partition the
     train set, every listed file comes out of DALI, and labels match the ImageFolder's."""
     shards, delivered = [], []
     for rank in range(2):
-        train, _, _ = build_loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(rank, 2),
-                                    CPU)
+        train, _, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(rank, 2))
         train.set_epoch(1)
         files, labels = train.files_for_pass()
         shards.append(files)
@@ -63,13 +78,13 @@ def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder):
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last):
+def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last, loaders):
     """Same contract from both backends: float32 NCHW normalised on the device (channels_last
     when asked), int64 targets, the same images in the same order."""
     extra = ["--channels-last"] if channels_last else []
     out = {}
     for backend in ("pytorch", "dali-cpu"):
-        _, val, _ = build_loaders(_cfg(tiny_imagefolder, backend, *extra), _rank(0, 1), CPU)
+        _, val, _ = loaders(_cfg(tiny_imagefolder, backend, *extra), _rank(0, 1))
         out[backend] = list(val)
     assert [len(b[1]) for b in out["pytorch"]] == [len(b[1]) for b in out["dali-cpu"]]
     for (img_pt, tgt_pt), (img_dali, tgt_dali) in zip(out["pytorch"], out["dali-cpu"]):
@@ -114,3 +129,48 @@ def test_dali_missing_names_the_package(tiny_imagefolder, monkeypatch):
 def test_dali_gpu_without_a_gpu_suggests_dali_cpu(tiny_imagefolder):
     with pytest.raises(UsageError, match="use --data-backend dali-cpu"):
         build_loaders(_cfg(tiny_imagefolder, "dali-gpu"), _rank(0, 1), CPU)
+
+
+def _pass_labels(loader, batches=None):
+    """The labels a pass delivers, in order: its first `batches` batches taken the way the
+    engine takes them (exactly that many next() calls), or the whole pass in a for loop."""
+    if batches is None:
+        return [t for _, targets in loader for t in targets.tolist()]
+    it = iter(loader)
+    return [t for _ in range(batches) for t in next(it)[1].tolist()]
+
+
+def test_dali_pipeline_lives_across_epochs_and_reads_each_epochs_order(tiny_imagefolder,
+                                                                       monkeypatch, loaders):
+    """One pipeline per split for the whole run, fed the shared sampler's order of every epoch,
+    a resumed epoch's remainder, and a new pass after one left unfinished."""
+    from recipe.data import dali
+
+    builds = Counter()
+    real = dali.DaliLoader.pipeline
+
+    def counted(self, *args, **kwargs):
+        builds["train" if self.train else "val"] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(dali.DaliLoader, "pipeline", counted)
+    train, val, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(0, 1))
+    orders = []
+    for epoch in range(3):
+        train.set_epoch(epoch)
+        expected = train.files_for_pass()[1]
+        # as the engine does (8 next() calls), then as a for loop does
+        orders.append(_pass_labels(train, batches=len(train) if epoch < 2 else None))
+        assert orders[-1] == expected[:len(train) * 8]  # the sampler's order, full batches
+        assert _pass_labels(val) == [label for label in range(4) for _ in range(5)]
+    assert len({tuple(order) for order in orders}) == 3  # each epoch its own order
+    assert builds == {"train": 1, "val": 1}
+
+    train.set_epoch(1, start_sample=24)  # a resumed epoch: 3 of its 8 batches done
+    assert _pass_labels(train) == orders[1][24:]
+    assert builds == {"train": 1, "val": 1}
+
+    train.set_epoch(3)
+    assert len(_pass_labels(train, batches=2)) == 16  # a pass left unfinished ...
+    train.set_epoch(4)
+    assert _pass_labels(train) == train.files_for_pass()[1]  # ... does not leak into the next

@@ -12,11 +12,19 @@ NCHW already has channels_last strides, so no copy is needed.
 
 Sharding and order are the pytorch backend's own: `ShardedSampler` (GLOBAL rank and world size,
 train shards padded to equal length, val shards exact) picks this rank's files for the epoch, and
-DALI reads exactly that list (`files=`, one shard). So every rank runs the same number of steps,
-validation counts every image once, the epoch order is the same global permutation as with
-`--data-backend pytorch`, and a mid-epoch resume starts at the right file. The pipeline is built
-anew for every pass, seeded by (seed, epoch, rank). (DALI's own `shard_id/num_shards` sharding
-would also work, but its `random_shuffle` only shuffles within a buffer of each contiguous shard.)
+the pipeline reads exactly that list through an external source, batch by batch. So every rank
+runs the same number of steps, validation counts every image once, the epoch order is the same
+global permutation as with `--data-backend pytorch`, and a mid-epoch resume starts at the right
+file. (DALI's own `shard_id/num_shards` sharding would also work, but its `random_shuffle` only
+shuffles within a buffer of each contiguous shard.)
+
+Each split builds its pipeline once and keeps it for the whole run: every pass only hands the
+external source the epoch's file list, so the worker threads, the decoder and the prefetch queue
+stay warm between epochs and across validations. The pipeline's random state is seeded once, by
+(seed, the epoch it was built in, rank), and then runs on through the epochs. So a resumed run
+reads the same files in the same order as the uninterrupted one, but draws other crops and flips
+(DALI's checkpointing of random state is not used). A pass left unfinished (e.g.
+`--steps-per-epoch`) cannot be resumed by DALI; the next pass then builds a fresh pipeline.
 
 DALI stops the whole pipeline on the first file it cannot decode, and has no option to skip one.
 So the file lists are checked first, in parallel over the ranks: files too short to be images, of
@@ -29,8 +37,9 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from ..config import TrainConfig, UsageError
@@ -101,7 +110,7 @@ def find_damaged(paths: Sequence[str], shard: Shard, threads: int) -> List[int]:
 
 # --- the loader ----------------------------------------------------------------------------------
 class DaliLoader:
-    """One split: builds a DALI pipeline over this rank's files for each pass."""
+    """One split: one DALI pipeline for the run, fed this rank's files of each pass."""
 
     def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
                  shard: Shard, device: torch.device, threads: int):
@@ -119,6 +128,11 @@ class DaliLoader:
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
         self.left_out = damaged if self.rank == 0 else 0
         self.skipped = 0
+        self._batches = None     # the running DALI iterator, built on the first pass
+        self._built_crop = None  # the training crop size its graph was built for
+        self._expected = self._delivered = 0  # batches in the last pass, and handed out
+        self._ended = True       # whether DALI has signalled the end of the last pass
+        self._feed: Iterator = iter(())  # the current pass's batches of (encoded, labels)
 
     def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
         self.epoch = epoch
@@ -134,17 +148,29 @@ class DaliLoader:
         picked = [self.samples[key.index] for key in self.sampler]
         return [path for path, _ in picked], [label for _, label in picked]
 
-    def pipeline(self, files: List[str], labels: List[int]):
-        """A DALI pipeline reading `files` in this order, with this split's augmentation."""
+    def _read_batches(self, files: List[str], labels: List[int]) -> Iterator[tuple]:
+        """The pass's batches as DALI's external source takes them: encoded file bytes and
+        labels, in reading order. Training yields full batches only (like drop_last)."""
+        stop = len(self) * self.batch_size if self.train else len(files)
+        for start in range(0, stop, self.batch_size):
+            chunk = range(start, min(start + self.batch_size, stop))
+            yield ([np.fromfile(files[i], dtype=np.uint8) for i in chunk],
+                   [np.array([labels[i]], dtype=np.int32) for i in chunk])
+
+    def _next_batch(self) -> tuple:
+        """DALI's external source: the pass's next batch; StopIteration ends the pass."""
+        return next(self._feed)
+
+    def pipeline(self):
+        """The DALI pipeline of this split: the external source's files decoded and augmented."""
         fn, types, cfg = self.fn, self.types, self.cfg
-        crop = self.sampler.crop_of_epoch(self.epoch) if self.sampler.crop_of_epoch else None
-        size = crop or cfg.image_size
+        size = self._crop() or cfg.image_size
         val_resize, val_crop = val_sizes(cfg)
-        seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per epoch and rank
+        seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per rank
 
         def graph():
-            encoded, targets = fn.readers.file(files=files, labels=labels, name="Reader",
-                                               random_shuffle=False, pad_last_batch=True)
+            encoded, targets = fn.external_source(source=self._next_batch, num_outputs=2,
+                                                  batch=True, dtype=[types.UINT8, types.INT32])
             if self.train:
                 # Decode only the random crop (RandomResizedCrop's scale and ratio ranges).
                 images = fn.decoders.image_random_crop(
@@ -175,26 +201,54 @@ class DaliLoader:
     def _to_augment_device(self, images):
         return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images
 
+    def _crop(self) -> Optional[int]:
+        return self.sampler.crop_of_epoch(self.epoch) if self.sampler.crop_of_epoch else None
+
+    def _start_pass(self, files: List[str], labels: List[int]):
+        """The DALI iterator, ready to run the pass over `files`."""
+        if (self._batches is not None and self._delivered == self._expected
+                and self._crop() == self._built_crop):
+            if not self._ended:
+                # The consumer took every batch but did not ask for one more, so DALI has not
+                # reported the end of the pass yet: it has nothing left to deliver.
+                for _ in self._batches:
+                    raise RuntimeError("the DALI pipeline delivered more batches than the pass "
+                                       "had")
+            self._feed = self._read_batches(files, labels)
+            self._batches.reset()  # the same pipeline, now reading the new pass
+            return self._batches
+        # First pass, a pass left unfinished (its prefetched batches would leak into this
+        # one), or progressive resizing's new crop size (part of the graph): a new pipeline.
+        self._batches = None
+        self._feed = self._read_batches(files, labels)
+        self._built_crop = self._crop()
+        # prepare_first_batch=False: nothing is read before the pass is asked for, so the
+        # pipeline never prefetches from a list before the epoch's own is in place.
+        self._batches = self.Iterator([self.pipeline()], ["images", "targets"],
+                                      last_batch_policy=self.LastBatchPolicy.PARTIAL,
+                                      prepare_first_batch=False)
+        return self._batches
+
     def __iter__(self):
         self.skipped = self.left_out
         files, labels = self.files_for_pass()
         if not files:  # more ranks than validation images
             return
-        policy = self.LastBatchPolicy.DROP if self.train else self.LastBatchPolicy.PARTIAL
-        batches = self.Iterator([self.pipeline(files, labels)], ["images", "targets"],
-                                reader_name="Reader", last_batch_policy=policy)
-        for _, batch in zip(range(len(self)), batches):
+        batches = self._start_pass(files, labels)
+        self._expected = len(self) if self.train else math.ceil(len(files) / self.batch_size)
+        self._delivered, self._ended = 0, False
+        for batch in batches:
             images, targets = batch[0]["images"], batch[0]["targets"]
-            if images.shape[0] == 0:
-                continue
             if self.channels_last:
                 images = images.permute(0, 3, 1, 2)  # NHWC memory seen as NCHW: channels_last
             images = images.to(self.device, non_blocking=True)
             targets = targets.squeeze(-1).to(self.device, dtype=torch.int64, non_blocking=True)
+            self._delivered += 1
             yield images, targets
+        self._ended = True
 
     def close(self) -> None:
-        pass  # each pass's pipeline is released with its iterator
+        self._batches = None  # releases the pipeline and its threads
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
