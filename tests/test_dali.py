@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import TINY, add_damaged_files, records, run_script
+from conftest import TINY, add_damaged_files, assert_resume_is_exact, records, run_script
 
 pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
 
@@ -174,3 +174,11 @@ def test_dali_pipeline_lives_across_epochs_and_reads_each_epochs_order(tiny_imag
     assert len(_pass_labels(train, batches=2)) == 16  # a pass left unfinished ...
     train.set_epoch(4)
     assert _pass_labels(train) == train.files_for_pass()[1]  # ... does not leak into the next
+
+
+def test_dali_resume_is_bit_exact(tiny_imagefolder, tmp_path):
+    """The pipeline's random state (crops, flips) goes into the checkpoint, one per rank, so a
+    resumed DALI run draws the augmentations the uninterrupted one draws."""
+    assert_resume_is_exact(lambda argv: run_script("ddp.py", argv, nproc=2),
+                           TINY + ["-b", "8", "--data-backend", "dali-cpu"], tiny_imagefolder,
+                           tmp_path)

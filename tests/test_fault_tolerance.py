@@ -121,12 +121,17 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
 
 
-def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path):
+@pytest.mark.parametrize("backend", ["pytorch", "dali-cpu"])
+def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path,
+                                                                     backend):
     """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
     mid-epoch checkpoint and exit 75; --resume auto then ends with the same weights, bit for bit,
-    as a run that was never interrupted (also taking --checkpoint-every checkpoints)."""
+    as a run that was never interrupted (also taking --checkpoint-every checkpoints). With DALI
+    that takes its pipeline's random state, restored inside the epoch."""
+    if backend.startswith("dali"):
+        pytest.importorskip("nvidia.dali")
     common = TINY + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--logdir", tmp_path,
-                     "--seed", "4"]
+                     "--seed", "4", "--data-backend", backend]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
     proc = start_script("nd.py", common + ["--run-name", "cut", tiny_imagefolder])

@@ -124,6 +124,7 @@ class Trainer:
         rng = state.get("rng", [])
         if len(rng) == self.strategy.world_size:
             checkpoint.set_rng_state(rng[self.strategy.rank], self.strategy.cuda_devices)
+            self.train_loader.load_state_dict(rng[self.strategy.rank].get("data"))
         elif self.strategy.is_main():
             print(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
                   f"{self.strategy.world_size}: RNG streams restart from --seed")
@@ -347,8 +348,10 @@ class Trainer:
 
     def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None) -> None:
         """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
-        # Every rank contributes its RNG state, so a resumed run continues every rank's stream.
-        rng = self.strategy.gather_objects(checkpoint.rng_state(self.strategy.cuda_devices))
+        # Every rank contributes its RNG state, so a resumed run continues every rank's stream,
+        # the training loader's own (DALI's augmentation) included.
+        rng = self.strategy.gather_objects({**checkpoint.rng_state(self.strategy.cuda_devices),
+                                            "data": self.train_loader.state_dict()})
         start = time.perf_counter()
         # On every rank: a strategy whose state is sharded (FSDP) gathers it collectively.
         model_state = self.strategy.module_state_dict()

@@ -12,8 +12,10 @@
 Every backend yields the same thing to the engine: `(images, targets)` already on the device,
 images as normalised float32 NCHW (channels_last when asked), targets as int64; and every loader
 has `set_epoch(epoch, start_sample)` (start_sample: global samples of the epoch already done),
-`len()`, `num_samples` (this rank's share), `skipped` (unreadable files met in the last pass)
-and `close()`. Which module builds which backend is
+`len()`, `num_samples` (this rank's share), `skipped` (unreadable files met in the last pass),
+`state_dict()` / `load_state_dict()` (this rank's augmentation random state where the sampler's
+position alone does not restore it, else None; the engine keeps one per rank in the
+checkpoint) and `close()`. Which module builds which backend is
 listed once, in `recipe.registry.DATA_BACKENDS`.
 """
 from __future__ import annotations

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -133,6 +134,7 @@ class DaliLoader:
         self._expected = self._delivered = 0  # batches in the last pass, and handed out
         self._ended = True       # whether DALI has signalled the end of the last pass
         self._feed: Iterator = iter(())  # the current pass's batches of (encoded, labels)
+        self._resume_from: Optional[bytes] = None  # a saved random state for the next build
 
     def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
         self.epoch = epoch
@@ -194,9 +196,35 @@ class DaliLoader:
                 images = random_erase(images, cfg.random_erase, fn, types)
             return images, targets
 
-        # Conditionals: the auto-augment policies choose an operation per sample with `if`s.
-        return self.pipeline_def(graph, enable_conditionals=True, batch_size=self.batch_size,
-                                 num_threads=self.threads, device_id=self.device_id, seed=seed)()
+        checkpoint, self._resume_from = self._resume_from, None
+        with warnings.catch_warnings():
+            # DALI warns that it cannot checkpoint the external source's position: the sampler
+            # (set_epoch's start_sample) restores that.
+            warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline "
+                                    "with external source")
+            # Conditionals: the auto-augment policies choose an operation per sample with `if`s.
+            return self.pipeline_def(graph, enable_conditionals=True,
+                                     batch_size=self.batch_size, num_threads=self.threads,
+                                     device_id=self.device_id, seed=seed,
+                                     enable_checkpointing=True, checkpoint=checkpoint)()
+
+    def state_dict(self) -> Optional[torch.Tensor]:
+        """The pipeline's random state after the last batch handed out (DALI's checkpoint, as
+        uint8 so that weights_only checkpoints load it); None before the first pass."""
+        if self._batches is None:
+            return self._state_tensor(self._resume_from)
+        return self._state_tensor(self._batches.checkpoints()[0])
+
+    def load_state_dict(self, state: Optional[torch.Tensor]) -> None:
+        """Start the next pipeline from a saved random state (before the first pass)."""
+        self._resume_from = None if state is None else bytes(state.numpy().tobytes())
+
+    @staticmethod
+    def _state_tensor(checkpoint) -> Optional[torch.Tensor]:
+        if checkpoint is None:
+            return None
+        data = checkpoint.encode() if isinstance(checkpoint, str) else checkpoint
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
     def _to_augment_device(self, images):
         return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images

@@ -55,6 +55,14 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def state_dict(self) -> None:
+        """Nothing to save: each sample's augmentation is drawn from its own seed (SampleKey), so
+        the sampler's position alone resumes it exactly."""
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
     def close(self) -> None:
         """Stop the persistent worker processes now rather than at interpreter exit."""
         # DataLoader has no public close; its worker iterator shuts down cleanly on request.

@@ -30,6 +30,12 @@ class SyntheticLoader:
     def close(self) -> None:
         pass
 
+    def state_dict(self) -> None:
+        return None  # the same batch every step: nothing to resume
+
+    def load_state_dict(self, state) -> None:
+        pass
+
     def __len__(self) -> int:
         full, rest = divmod(self.num_samples, self.batch_size)
         return (full if self.train or rest == 0 else full + 1) - self.start
