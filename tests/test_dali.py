@@ -182,3 +182,28 @@ def test_dali_resume_is_bit_exact(tiny_imagefolder, tmp_path):
     assert_resume_is_exact(lambda argv: run_script("ddp.py", argv, nproc=2),
                            TINY + ["-b", "8", "--data-backend", "dali-cpu"], tiny_imagefolder,
                            tmp_path)
+
+
+@pytest.mark.parametrize("extra,batches", [(["--grad-accum", "3"], 6),
+                                           (["--grad-accum", "3", "--steps-per-epoch", "1"], 3),
+                                           (["--steps-per-epoch", "5"], 5)])
+def test_dali_training_pass_is_what_the_engines_steps_take(tiny_imagefolder, monkeypatch,
+                                                           loaders, extra, batches):
+    """8 full batches per epoch here; the engine takes whole --grad-accum steps, at most
+    --steps-per-epoch of them: a pass is exactly that, so it ends and the pipeline lives on
+    (also inside a resumed epoch)."""
+    from recipe.data import dali
+
+    builds = Counter()
+    real = dali.DaliLoader.pipeline
+    monkeypatch.setattr(dali.DaliLoader, "pipeline",
+                        lambda self: builds.update([self.train]) or real(self))
+    train, _, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8, *extra), _rank(0, 1))
+    assert len(train) == batches
+    for epoch in range(2):
+        train.set_epoch(epoch)
+        assert len(_pass_labels(train, batches=batches)) == 8 * batches
+    train.set_epoch(2, start_sample=8)  # one micro-batch of it done
+    assert len(train) == batches - 1
+    assert _pass_labels(train, batches=batches - 1) == train.files_for_pass()[1][:8 * (batches - 1)]
+    assert builds[True] == 1

@@ -20,11 +20,16 @@ shuffles within a buffer of each contiguous shard.)
 
 Each split builds its pipeline once and keeps it for the whole run: every pass only hands the
 external source the epoch's file list, so the worker threads, the decoder and the prefetch queue
-stay warm between epochs and across validations. The pipeline's random state is seeded once, by
-(seed, the epoch it was built in, rank), and then runs on through the epochs. So a resumed run
-reads the same files in the same order as the uninterrupted one, but draws other crops and flips
-(DALI's checkpointing of random state is not used). A pass left unfinished (e.g.
-`--steps-per-epoch`) cannot be resumed by DALI; the next pass then builds a fresh pipeline.
+stay warm between epochs and across validations. A training pass is exactly the batches the
+engine's steps take (so `--steps-per-epoch` and `--grad-accum` leave none unread); a pass left
+unfinished anyway, or a new progressive-resizing crop size, builds a fresh pipeline.
+
+The pipeline's random state is seeded when it is built, by (seed, epoch, rank), and then runs
+on through the epochs. `state_dict()` is DALI's checkpoint of it as of the last batch handed out
+(DALI accounts for its prefetching); the engine saves it per rank, so a resumed run draws the
+same crops and flips as the uninterrupted one, at an epoch boundary or inside an epoch (with
+the same number of ranks). The external source's position is not in DALI's checkpoint: the
+sampler's `start_sample` restores it.
 
 DALI stops the whole pipeline on the first file it cannot decode, and has no option to skip one.
 So the file lists are checked first, in parallel over the ranks: files too short to be images, of
@@ -134,16 +139,25 @@ class DaliLoader:
         self._expected = self._delivered = 0  # batches in the last pass, and handed out
         self._ended = True       # whether DALI has signalled the end of the last pass
         self._feed: Iterator = iter(())  # the current pass's batches of (encoded, labels)
-        self._resume_from: Optional[bytes] = None  # a saved random state for the next build
+        self._resume_from: Optional[dict] = None  # a saved random state for the next build
 
     def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
         self.epoch = epoch
         self.sampler.set_epoch(epoch, start_sample)
 
     def __len__(self) -> int:
-        if self.train:  # full batches only, like the pytorch backend's drop_last
-            return len(self.sampler) // self.batch_size
-        return math.ceil(len(self.sampler) / self.batch_size)
+        if not self.train:
+            return math.ceil(len(self.sampler) / self.batch_size)
+        # Training: the micro-batches the engine's steps take (full batches, as drop_last; whole
+        # --grad-accum steps; at most --steps-per-epoch), less those a resumed epoch has done.
+        # So every pass runs to its end, and the pipeline carries on into the next one.
+        accum = max(self.cfg.grad_accum, 1)
+        batches = math.ceil(self.sampler.size / self.sampler.world) // self.batch_size
+        batches -= batches % accum
+        if self.cfg.steps_per_epoch:
+            batches = min(batches, self.cfg.steps_per_epoch * accum)
+        done = self.sampler.start // (self.batch_size * self.sampler.world)
+        return max(batches - done, 0)
 
     def files_for_pass(self) -> Tuple[List[str], List[int]]:
         """This rank's files and labels for the current epoch, in reading order."""
@@ -196,7 +210,11 @@ class DaliLoader:
                 images = random_erase(images, cfg.random_erase, fn, types)
             return images, targets
 
-        checkpoint, self._resume_from = self._resume_from, None
+        saved, self._resume_from = self._resume_from, None
+        # A saved state belongs to a graph of the same crop size: after progressive resizing
+        # changes it, the uninterrupted run also started a fresh pipeline.
+        checkpoint = (bytes(saved["dali"].numpy().tobytes())
+                      if saved is not None and saved["crop"] == (self._crop() or 0) else None)
         with warnings.catch_warnings():
             # DALI warns that it cannot checkpoint the external source's position: the sampler
             # (set_epoch's start_sample) restores that.
@@ -208,23 +226,20 @@ class DaliLoader:
                                      device_id=self.device_id, seed=seed,
                                      enable_checkpointing=True, checkpoint=checkpoint)()
 
-    def state_dict(self) -> Optional[torch.Tensor]:
+    def state_dict(self) -> Optional[dict]:
         """The pipeline's random state after the last batch handed out (DALI's checkpoint, as
-        uint8 so that weights_only checkpoints load it); None before the first pass."""
+        uint8 so that weights_only checkpoints load it) and the crop size of its graph; None
+        before the first pass."""
         if self._batches is None:
-            return self._state_tensor(self._resume_from)
-        return self._state_tensor(self._batches.checkpoints()[0])
-
-    def load_state_dict(self, state: Optional[torch.Tensor]) -> None:
-        """Start the next pipeline from a saved random state (before the first pass)."""
-        self._resume_from = None if state is None else bytes(state.numpy().tobytes())
-
-    @staticmethod
-    def _state_tensor(checkpoint) -> Optional[torch.Tensor]:
-        if checkpoint is None:
-            return None
+            return self._resume_from
+        checkpoint = self._batches.checkpoints()[0]
         data = checkpoint.encode() if isinstance(checkpoint, str) else checkpoint
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return {"dali": torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                "crop": self._built_crop or 0}
+
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        """Start the next pipeline from a saved random state (before the first pass)."""
+        self._resume_from = state
 
     def _to_augment_device(self, images):
         return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images
