@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -196,8 +197,14 @@ def cpu_cores() -> int:
     return recipe_module("machine").cpu_cores()
 
 
-def native_bf16() -> bool:
-    return recipe_module("machine").native_bf16()
+def emulated_bf16() -> bool:
+    """True on a CPU-only machine without native bf16 (AVX512-BF16 / AMX).
+    RECIPES_CPU_BF16=native|emulated overrides the probe (tests force each case)."""
+    forced = os.environ.get("RECIPES_CPU_BF16")
+    if forced in ("native", "emulated"):
+        return forced == "emulated"
+    import torch
+    return not torch.cuda.is_available() and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def gpu_name() -> Optional[str]:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from bench.common import (REPO, git_commit, machine, markdown_table, native_bf16, shown_command,
+from bench.common import (REPO, emulated_bf16, git_commit, machine, markdown_table, shown_command,
                           write_block)
 from bench.jobs import dataset_command, make_dataset
 
@@ -136,8 +136,8 @@ def bf16_probe(arch: str, batch: int, steps: int = 3) -> tuple:
     fp32, bf16 = step_time(False), step_time(True)
     faster = bf16 < fp32
     return faster, (f"probe: bf16 autocast step {bf16:.2f} s vs fp32 {fp32:.2f} s, so "
-                    f"{'O1 bfloat16' if faster else 'fp32'} (native bf16 flag: "
-                    f"{'yes' if native_bf16() else 'no'})")
+                    f"{'O1 bfloat16' if faster else 'fp32'} (oneDNN bf16: "
+                    f"{'emulated' if emulated_bf16() else 'native'})")
 
 
 # --- the contenders ------------------------------------------------------------------------------
@@ -229,9 +229,8 @@ def block(folder: Path, figures: Path) -> str:
 
 def _shown(command: List[str], peer: Path) -> str:
     """A contender's command as a user types it (repository-relative, no interpreter path)."""
-    words = [w for w in command[1:]]
     words = [peer.name if w == str(peer.resolve()) else
-             os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w for w in words]
+             os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w for w in command[1:]]
     return "python " + " ".join(words)
 
 

@@ -40,14 +40,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List
 
-from bench.common import REPO, registry
+from bench.common import REPO, emulated_bf16, registry
 from bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
 
 ENTRIES = registry().ENTRIES
@@ -175,16 +174,6 @@ def command(c: Combo, args, out: Path) -> List[str]:
 
 def curves_data_dir(args, out: Path) -> Path:
     return Path(args.curves_data) if args.curves_data else out / "_data"
-
-
-def emulated_bf16() -> bool:
-    """True on a CPU-only machine without native bf16 (AVX512-BF16 / AMX).
-    RECIPES_CPU_BF16=native|emulated overrides the probe (tests force each case)."""
-    forced = os.environ.get("RECIPES_CPU_BF16")
-    if forced in ("native", "emulated"):
-        return forced == "emulated"
-    import torch
-    return not torch.cuda.is_available() and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def plot_and_tables(sweep_dir: Path, args) -> int:

@@ -131,6 +131,20 @@ def test_dali_gpu_without_a_gpu_suggests_dali_cpu(tiny_imagefolder):
         build_loaders(_cfg(tiny_imagefolder, "dali-gpu"), _rank(0, 1), CPU)
 
 
+@pytest.fixture
+def builds(monkeypatch) -> Counter:
+    """DALI pipelines built during the test, counted per split ("train", "val")."""
+    from recipe.data import dali
+
+    counted, real = Counter(), dali.DaliLoader.pipeline
+
+    def pipeline(self):
+        counted["train" if self.train else "val"] += 1
+        return real(self)
+    monkeypatch.setattr(dali.DaliLoader, "pipeline", pipeline)
+    return counted
+
+
 def _pass_labels(loader, batches=None):
     """The labels a pass delivers, in order: its first `batches` batches taken the way the
     engine takes them (exactly that many next() calls), or the whole pass in a for loop."""
@@ -141,19 +155,9 @@ def _pass_labels(loader, batches=None):
 
 
 def test_dali_pipeline_lives_across_epochs_and_reads_each_epochs_order(tiny_imagefolder,
-                                                                       monkeypatch, loaders):
+                                                                       builds, loaders):
     """One pipeline per split for the whole run, fed the shared sampler's order of every epoch,
     a resumed epoch's remainder, and a new pass after one left unfinished."""
-    from recipe.data import dali
-
-    builds = Counter()
-    real = dali.DaliLoader.pipeline
-
-    def counted(self, *args, **kwargs):
-        builds["train" if self.train else "val"] += 1
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(dali.DaliLoader, "pipeline", counted)
     train, val, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(0, 1))
     orders = []
     for epoch in range(3):
@@ -187,17 +191,11 @@ def test_dali_resume_is_bit_exact(tiny_imagefolder, tmp_path):
 @pytest.mark.parametrize("extra,batches", [(["--grad-accum", "3"], 6),
                                            (["--grad-accum", "3", "--steps-per-epoch", "1"], 3),
                                            (["--steps-per-epoch", "5"], 5)])
-def test_dali_training_pass_is_what_the_engines_steps_take(tiny_imagefolder, monkeypatch,
+def test_dali_training_pass_is_what_the_engines_steps_take(tiny_imagefolder, builds,
                                                            loaders, extra, batches):
     """8 full batches per epoch here; the engine takes whole --grad-accum steps, at most
     --steps-per-epoch of them: a pass is exactly that, so it ends and the pipeline lives on
     (also inside a resumed epoch)."""
-    from recipe.data import dali
-
-    builds = Counter()
-    real = dali.DaliLoader.pipeline
-    monkeypatch.setattr(dali.DaliLoader, "pipeline",
-                        lambda self: builds.update([self.train]) or real(self))
     train, _, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8, *extra), _rank(0, 1))
     assert len(train) == batches
     for epoch in range(2):
@@ -206,4 +204,4 @@ def test_dali_training_pass_is_what_the_engines_steps_take(tiny_imagefolder, mon
     train.set_epoch(2, start_sample=8)  # one micro-batch of it done
     assert len(train) == batches - 1
     assert _pass_labels(train, batches=batches - 1) == train.files_for_pass()[1][:8 * (batches - 1)]
-    assert builds[True] == 1
+    assert builds["train"] == 1

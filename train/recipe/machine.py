@@ -20,17 +20,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX); without it, bf16
-    autocast on the CPU is emulated and much slower than fp32."""
-    try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def cpu_cores() -> int:
     """The cores this process may run on (a container or taskset may allow fewer than the
     machine has)."""

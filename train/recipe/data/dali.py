@@ -278,7 +278,7 @@ class DaliLoader:
         if not files:  # more ranks than validation images
             return
         batches = self._start_pass(files, labels)
-        self._expected = len(self) if self.train else math.ceil(len(files) / self.batch_size)
+        self._expected = len(self)
         self._delivered, self._ended = 0, False
         for batch in batches:
             images, targets = batch[0]["images"], batch[0]["targets"]
