@@ -9,8 +9,10 @@ import importlib.util
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -53,6 +55,9 @@ def _env() -> dict:
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = "1"  # 2 cores: one compute thread per process
     env["PYTHONWARNINGS"] = "ignore"
+    # A run that hangs is stopped with SIGABRT first (see run_script): every Python process of
+    # it then prints all its threads' stacks, so the failure says where it hung.
+    env["PYTHONFAULTHANDLER"] = "1"
     return env
 
 
@@ -105,14 +110,34 @@ def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequenc
 
 def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
                check: bool = True) -> subprocess.CompletedProcess:
-    """Run train/<script> to the end (see script_command)."""
+    """Run train/<script> to the end (see script_command). A run still going after `timeout`
+    seconds fails the test with the Python stacks of all its processes (torchrun's workers and
+    their loader workers included), and none of them is left running."""
     cmd = script_command(script, args, nproc)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
-                          cwd=REPO)
+    # Its own process group: the whole tree can be signalled at once.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(), cwd=REPO, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGABRT)  # faulthandler: each process prints its stacks
+        time.sleep(5)
+        _kill_group(proc.pid)
+        stdout, stderr = proc.communicate()  # all of the output, from the start
+        raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; its output and "
+                             f"stacks:\n{stdout[-3000:]}\n{stderr[-20000:]}") from None
+    _kill_group(proc.pid)  # loader workers or servers a finished run may have orphaned
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
+                             f"{stdout[-3000:]}\n{stderr[-5000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is empty: all of it has exited
+        pass
 
 
 def read_jsonl(run_dir: Path) -> List[dict]:

@@ -37,9 +37,24 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
                  replace_unreadable: bool):
         """`make_transform(crop)`: the transform for a key's crop size (None: the default)."""
         super().__init__(root, loader=read_image_uint8)
-        # One transform per crop size (progressive resizing changes it between epochs).
-        self.transform_for = functools.lru_cache(maxsize=None)(make_transform)
+        self.make_transform = make_transform
         self.replace_unreadable = replace_unreadable
+        self._cache_transforms()
+
+    def _cache_transforms(self) -> None:
+        # One transform per crop size (progressive resizing changes it between epochs).
+        self.transform_for = functools.lru_cache(maxsize=None)(self.make_transform)
+
+    def __getstate__(self) -> dict:
+        # Loader workers receive the dataset pickled (they start from a fork server, see
+        # pytorch.py); the cache of built transforms is rebuilt there, not sent.
+        state = dict(self.__dict__)
+        del state["transform_for"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._cache_transforms()
 
     def __getitem__(self, key):
         index, seed, crop = key

@@ -9,8 +9,10 @@ from __future__ import annotations
 import atexit
 import functools
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
+import sys
 
 import torch
 from torch.utils.data import DataLoader
@@ -92,8 +94,9 @@ class StopSignalShield:
     still work. (Workers also end on their own when their parent dies.)
     """
 
-    def __init__(self):
-        self.parent_exiting = multiprocessing.Value("b", 0, lock=False)  # inherited by workers
+    def __init__(self, context=None):
+        # shared memory, handed to each worker when it starts
+        self.parent_exiting = (context or multiprocessing).Value("b", 0, lock=False)
         # Registered after multiprocessing's own exit hook, so it runs before it.
         atexit.register(self._mark_exiting)
 
@@ -128,11 +131,37 @@ def train_sampling(cfg: TrainConfig, train: bool) -> dict:
     return {"repeats": cfg.ra_reps if cfg.ra_sampler else 1, "crop_of_epoch": crop_of_epoch}
 
 
+def worker_start_method() -> multiprocessing.context.BaseContext:
+    """How loader workers start: forked from a fork server, never from the training process.
+
+    The training process has threads of its own by the time its loaders start (gloo's or
+    NCCL's, TensorBoard's writer, the other loader's queue feeders); a fork copies any lock one
+    of them holds at that moment, unowned, and the worker that next needs it waits forever
+    (seen here as a validation that never starts on a loaded 2-core machine). The fork server
+    is a fresh, single-threaded process that has imported the data modules once; each worker
+    is forked from it and receives the dataset pickled. (Python 3.14 makes it the default on
+    Linux for the same reason.)
+
+    The server imports every module of this package the training process has imported: a
+    worker re-runs the entry script's imports (multiprocessing's rule for a non-fork start),
+    and finds them all loaded."""
+    context = multiprocessing.get_context("forkserver")
+    package = __name__.split(".")[0]
+    context.set_forkserver_preload(sorted(name for name in sys.modules
+                                          if name.split(".")[0] == package))
+    return context
+
+
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
-    train_set, val_set = image_folders(cfg)
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
+    start_method = worker_start_method() if workers > 0 else None
+    if start_method is not None:
+        # Started now, it imports torch and the data modules while this process lists the
+        # folders and builds the model.
+        multiprocessing.forkserver.ensure_running()
+    train_set, val_set = image_folders(cfg)
     seed = cfg.seed
-    shield = StopSignalShield()
+    shield = StopSignalShield(start_method)
 
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
@@ -140,7 +169,8 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_uint8,
                             pin_memory=device.type == "cuda", drop_last=drop_last,
-                            persistent_workers=workers > 0, worker_init_fn=shield.worker_init)
+                            persistent_workers=workers > 0, worker_init_fn=shield.worker_init,
+                            multiprocessing_context=start_method)
         return DeviceLoader(loader, sampler, device, cfg.channels_last)
 
     # Training drops the last partial batch so every step has the same size on every rank.
