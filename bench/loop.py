@@ -68,6 +68,8 @@ def parse_cli(argv=None) -> argparse.Namespace:
                    help="timed rounds; the median over them is reported (default: %(default)s)")
     p.add_argument("--opt-level", default="O0", choices=OPT_LEVELS,
                    help="engine precision, mirrored by the bare loop (default: %(default)s)")
+    p.add_argument("--amp-dtype", default="auto", choices=("auto", "float16", "bfloat16"),
+                   help="half type of O1-O3, as the trainers take it (default: %(default)s)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="auto: CUDA if present (default: %(default)s)")
     p.add_argument("--threads", type=int, default=None,
@@ -111,6 +113,7 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
     """A Trainer set up exactly as the entry scripts do it, on the synthetic backend."""
     argv = ["--dummy", "-a", args.arch, "--image-size", str(args.image_size),
             "-b", str(args.batch_size), "--opt-level", args.opt_level, "--device", args.device,
+            "--amp-dtype", args.amp_dtype,
             "--logdir", logdir, "--run-name", "bench",
             # one epoch of this size is one timed round, so the scheduler sees the real length
             "--synthetic-train-size", str(args.batch_size * args.steps),
@@ -219,7 +222,7 @@ def print_header(args: argparse.Namespace, command: str, device: torch.device) -
           f"torch {hw['torch']} ({hw['torch_threads']} threads)")
     print(f"command:  {command}")
     print(f"workload: {args.arch} {args.image_size}px, batch {args.batch_size}, "
-          f"{args.opt_level}, {args.steps} steps/side/round, warm-up {args.warmup}")
+          f"{args.opt_level} {args.amp_dtype}, {args.steps} steps/side/round, warm-up {args.warmup}")
     print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}", flush=True)
     return hw
 

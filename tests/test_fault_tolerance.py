@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,6 +150,45 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
                      if r["kind"] == "train"]
     assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
     assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost
+
+
+def _children(pid: int) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_path):
+    """Loader workers start from a fork server, so their parent is that server, not the trainer:
+    when the trainer is killed outright they (and the server) still end within seconds instead
+    of lingering forever."""
+    proc = start_script("nd.py", TINY[:-4] + ["-j", "2", "-p", "1", "-b", "4", "--epochs", "3",
+                                              "--logdir", tmp_path, tiny_imagefolder])
+    _read_until(proc, "Epoch [0][ 2/")
+    servers = [p for p in _children(proc.pid)
+               if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(servers) == 1
+    workers = _children(servers[0])
+    assert len(workers) == 2  # the training loader's (validation's start at the epoch's end)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while not all(map(_gone, workers + servers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert all(map(_gone, workers + servers))
 
 
 # --- dead, hung and missing peers ----------------------------------------------------------------

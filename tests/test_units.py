@@ -219,3 +219,19 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys):
     state = checkpoint.load_newest_valid(tmp_path)
     assert state["epoch"] == 1 and state["path"] == tmp_path / checkpoint.PREVIOUS
     assert str(latest) in capsys.readouterr().out
+
+
+def test_share_gpus_wraps_local_ranks_onto_the_visible_gpus(monkeypatch):
+    """--share-gpus (DDP): local ranks past the GPU count reuse the GPUs in turn; without it a
+    rank with no GPU of its own is refused with a message that names the option."""
+    from recipe.strategies import pick_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [pick_device("auto", r, share_gpus=True).index for r in range(5)] == [0, 1, 0, 1, 0]
+    assert pick_device("cuda", 1) == torch.device("cuda", 1)
+    with pytest.raises(UsageError, match="--share-gpus"):
+        pick_device("cuda", 2)
+    assert pick_device("cpu", 3, share_gpus=True) == torch.device("cpu")
+    assert parse_args(["--share-gpus", "x"], entry="ddp").share_gpus
+    with pytest.raises(UsageError):
+        parse_args(["--share-gpus", "x"], entry="nd")

@@ -253,6 +253,12 @@ class TrainConfig:
     device: str = field(default="auto", metadata=opt(
         DISTRIBUTION, "--device", help="auto (CUDA if present), cpu or cuda",
         choices=("auto", "cpu", "cuda")))
+    share_gpus: bool = field(default=False, metadata=opt(
+        DISTRIBUTION, "--share-gpus",
+        help="let more processes than GPUs run on one node, local rank r on GPU r mod the GPU "
+             "count, communicating over gloo (NCCL refuses two ranks on one GPU): for trying "
+             "the multi-process paths on a one-GPU machine, not for speed",
+        only=("ddp", "ddp_apex"), elsewhere="one process per node has nothing to share"))
     sync_bn: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--sync-bn", help="synchronise BatchNorm statistics across processes",
         only=("ddp", "ddp_apex", "hvd"), elsewhere="one process has nothing to synchronise"))

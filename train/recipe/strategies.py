@@ -23,16 +23,20 @@ from .precision import Precision
 from .syncbn import convert_to_cross_rank_bn
 
 
-def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    """CUDA if present (or asked for), else CPU; a GPU request on a GPU-less host is an error."""
+def pick_device(requested: str, local_rank: int = 0, share_gpus: bool = False) -> torch.device:
+    """CUDA if present (or asked for), else CPU; a GPU request on a GPU-less host is an error.
+    `share_gpus`: local ranks beyond the GPU count wrap around onto the same GPUs."""
     if requested == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was requested but no CUDA GPU is visible "
                          "(check CUDA_VISIBLE_DEVICES / the driver), or use --device cpu")
     if requested == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
+    if share_gpus:
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     if local_rank >= torch.cuda.device_count():
         raise UsageError(f"local rank {local_rank} has no GPU: only {torch.cuda.device_count()} "
-                         "visible. Launch at most one process per GPU (--nproc_per_node).")
+                         "visible. Launch at most one process per GPU (--nproc_per_node), "
+                         "or add --share-gpus to try several processes on one GPU.")
     return torch.device("cuda", local_rank)
 
 
@@ -48,6 +52,7 @@ class Strategy:
 
     name = "nd"
     rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
+    share_gpus = False  # several local ranks on one GPU (DDP's --share-gpus)
 
     def __init__(self, precision: Optional[Precision] = None, *, device: str = "auto",
                  channels_last: bool = False, compile: bool = False):
@@ -66,7 +71,7 @@ class Strategy:
 
     # --- environment -----------------------------------------------------------------------------
     def setup_environment(self) -> torch.device:
-        self.device = pick_device(self.device_request, self.local_rank)
+        self.device = pick_device(self.device_request, self.local_rank, self.share_gpus)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.precision.bind(self.device, notice=print if self.is_main() else _silent)
@@ -287,15 +292,17 @@ class DDPStrategy(Strategy):
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  comm_hook: str = "none", powersgd_rank: int = 1, powersgd_start_step: int = 10,
-                 seed: int = 0, dist_timeout: float = 600.0, **common):
+                 seed: int = 0, dist_timeout: float = 600.0, share_gpus: bool = False,
+                 **common):
         super().__init__(precision, **common)
-        self.sync_bn, self.comm_hook = sync_bn, comm_hook
+        self.sync_bn, self.comm_hook, self.share_gpus = sync_bn, comm_hook, share_gpus
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.seed, self.timeout = seed, dist_timeout
 
     @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
         return dict(super().options_from(cfg), sync_bn=cfg.sync_bn, comm_hook=cfg.ddp_comm_hook,
+                    share_gpus=cfg.share_gpus,
                     powersgd_rank=cfg.powersgd_rank,
                     powersgd_start_step=cfg.powersgd_start_step,
                     seed=cfg.seed, dist_timeout=cfg.dist_timeout)
@@ -311,8 +318,9 @@ class DDPStrategy(Strategy):
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(free_port()))
         device = super().setup_environment()
-        # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend.
-        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        # DDP: NCCL moves CUDA tensors GPU-to-GPU; gloo is the CPU backend, and takes CUDA
+        # tensors too where NCCL cannot (two ranks on one GPU).
+        self.backend = "nccl" if device.type == "cuda" and not self.share_gpus else "gloo"
         timeout = datetime.timedelta(seconds=self.timeout)
         dist.init_process_group(
             backend=self.backend, rank=self.rank, world_size=self.world_size, timeout=timeout,
@@ -323,8 +331,8 @@ class DDPStrategy(Strategy):
     def _convert_module(self, model: nn.Module) -> nn.Module:
         if self.sync_bn:
             # DDP: BatchNorm statistics over the global batch instead of each rank's slice.
-            # torch's SyncBatchNorm is GPU-only; CrossRankBatchNorm does the same over gloo.
-            if self.device.type == "cuda":
+            # torch's SyncBatchNorm needs NCCL; CrossRankBatchNorm does the same over gloo.
+            if self.backend == "nccl":
                 return nn.SyncBatchNorm.convert_sync_batchnorm(model)
             return convert_to_cross_rank_bn(model)
         return model

@@ -13,6 +13,8 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+import threading
+import time
 
 import torch
 from torch.utils.data import DataLoader
@@ -84,33 +86,61 @@ class DeviceLoader:
             yield self.normalize(images), targets
 
 
-class StopSignalShield:
-    """Keeps DataLoader workers alive through a preemption signal meant for the trainer.
+class WorkerGuard:
+    """What DataLoader workers need to know of the trainer that owns them.
 
-    torchrun and SLURM deliver SIGTERM / SIGUSR1 to every process of the job, loader workers
-    included; a worker killed by it makes the training process fail before it can write its
-    preemption checkpoint. So workers ignore SIGUSR1, and ignore SIGTERM until their parent
+    Preemption: torchrun and SLURM deliver SIGTERM / SIGUSR1 to every process of the job, loader
+    workers included; a worker killed by it makes the training process fail before it can write
+    its preemption checkpoint. So workers ignore SIGUSR1, and ignore SIGTERM until the trainer
     starts exiting: multiprocessing stops daemonic workers at exit with SIGTERM, which must
-    still work. (Workers also end on their own when their parent dies.)
+    still work.
+
+    A trainer that dies (SIGKILL, the OOM killer): started from the fork server, a worker's
+    parent is that server, not the trainer, so DataLoader's own check (has my parent changed?)
+    never fires, and the server lives as long as the workers do. Each worker therefore watches
+    the trainer itself and ends within a second of it.
     """
 
     def __init__(self, context=None):
+        self.trainer_pid = os.getpid()
         # shared memory, handed to each worker when it starts
-        self.parent_exiting = (context or multiprocessing).Value("b", 0, lock=False)
+        self.trainer_exiting = (context or multiprocessing).Value("b", 0, lock=False)
         # Registered after multiprocessing's own exit hook, so it runs before it.
         atexit.register(self._mark_exiting)
 
     def _mark_exiting(self) -> None:
-        self.parent_exiting.value = 1
+        self.trainer_exiting.value = 1
 
     def worker_init(self, worker_id: int) -> None:
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        threading.Thread(target=_exit_when_gone, args=(self.trainer_pid,), daemon=True,
+                         name="trainer-watch").start()
 
     def _on_sigterm(self, signum, frame) -> None:
-        if self.parent_exiting.value:
+        if self.trainer_exiting.value:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _exit_when_gone(pid: int, interval: float = 1.0) -> None:
+    while _running(pid):
+        time.sleep(interval)
+    os._exit(1)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for its own parent to collect it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as status:
+            stat = status.read()
+    except OSError:  # no procfs: a zombie counts as running
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def cores_per_process(local_world: int) -> int:
@@ -161,7 +191,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         multiprocessing.forkserver.ensure_running()
     train_set, val_set = image_folders(cfg)
     seed = cfg.seed
-    shield = StopSignalShield(start_method)
+    guard = WorkerGuard(start_method)
 
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
@@ -169,7 +199,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_uint8,
                             pin_memory=device.type == "cuda", drop_last=drop_last,
-                            persistent_workers=workers > 0, worker_init_fn=shield.worker_init,
+                            persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
         return DeviceLoader(loader, sampler, device, cfg.channels_last)
 
