@@ -21,6 +21,8 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
   results/esync/              the `esync` block and figures/esync_study.png (bench.esync)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
+  results/gpu/                the `gpu_check` block (launch/gpu_check.sh --record), once a
+                              machine with a GPU has run it
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "sweep": "## Strategy sweep",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
-            "recipes": "## Recipes at an equal small budget (CPU)"}
+            "recipes": "## Recipes at an equal small budget (CPU)",
+            "gpu_check": "## GPU acceptance (`launch/gpu_check.sh`)"}
 
 
 def quickstart_block(folder: Path, figures: Path) -> str:
@@ -256,6 +259,12 @@ def ps_block(folder: Path, figures: Path) -> str:
     return results.bench_ps_block(folder, None)
 
 
+def gpu_block(folder: Path, figures: Path) -> str:
+    from bench import gpu_check
+
+    return gpu_check.block(folder)
+
+
 def esync_block(folder: Path, figures: Path) -> str:
     from bench import esync
 
@@ -275,6 +284,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "bench_ps": ("ps", ps_block),
     "esync": ("esync", esync_block),
     "recipes": ("recipes", recipes_block),
+    "gpu_check": ("gpu", gpu_block),
 }
 
 
