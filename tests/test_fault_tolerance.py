@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import (TINY, add_damaged_files, jpeg_bytes, read_jsonl, records,
+from conftest import (REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes, read_jsonl, records,
                       run_script, start_script)
 from recipe.strategies import free_port
 
@@ -189,6 +191,29 @@ def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_pa
     while not all(map(_gone, workers + servers)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert all(map(_gone, workers + servers))
+
+
+def test_the_loader_workers_fork_server_outlives_the_stop_signals():
+    """torchrun passes SIGTERM to each rank's whole process group, SLURM to every process: the
+    fork server the loader workers come from must survive it (killed, it would take the workers
+    with it before the trainer has written its preemption checkpoint)."""
+    probe = (
+        "import multiprocessing, multiprocessing.forkserver as fs, os, signal, sys, time\n"
+        "from recipe.data import pytorch\n"
+        "context = pytorch.worker_start_method()\n"
+        "child = context.Process(target=time.sleep, args=(30,))\n"
+        "child.start()  # served: the server has done its imports\n"
+        "server = fs._forkserver._forkserver_pid\n"
+        "for stop in (signal.SIGTERM, signal.SIGUSR1):\n"
+        "    os.kill(server, stop)\n"
+        "time.sleep(1)\n"
+        "print('server', 'gone' if os.waitpid(server, os.WNOHANG)[0] else 'alive', flush=True)\n"
+        "child.kill()\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAIN),
+                                                                            str(REPO)])})
+    assert proc.stdout.strip() == "server alive", proc.stderr
 
 
 # --- dead, hung and missing peers ----------------------------------------------------------------

@@ -174,11 +174,12 @@ def worker_start_method() -> multiprocessing.context.BaseContext:
 
     The server imports every module of this package the training process has imported: a
     worker re-runs the entry script's imports (multiprocessing's rule for a non-fork start),
-    and finds them all loaded."""
+    and finds them all loaded. It imports `worker_server` first, which keeps the server alive
+    through the stop signals meant for the trainer."""
     context = multiprocessing.get_context("forkserver")
     package = __name__.split(".")[0]
-    context.set_forkserver_preload(sorted(name for name in sys.modules
-                                          if name.split(".")[0] == package))
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] == package)
+    context.set_forkserver_preload([f"{__package__}.worker_server", *loaded])
     return context
 
 
