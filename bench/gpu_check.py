@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from bench.common import REPO, git_commit, markdown_table, read_log
+from bench.jobs import dataset_command, make_dataset
 
 TRAIN = REPO / "train"
 TARGET_IMG_S = 3000  # ResNet-50 AMP fp16, synthetic, channels_last, one H100
@@ -511,14 +512,11 @@ def environment() -> dict:
 
 
 def make_data(ctx: Context) -> None:
-    sys.path.insert(0, str(REPO / "data"))
-    from make_synthetic import make_synthetic_imagefolder
-
     workers = os.cpu_count() or 2
-    make_synthetic_imagefolder(ctx.small, num_classes=8, train_per_class=64, val_per_class=8,
-                               min_size=80, max_size=200, workers=workers, verbose=False)
-    make_synthetic_imagefolder(ctx.large, num_classes=10, train_per_class=420, val_per_class=10,
-                               min_size=320, max_size=500, workers=workers, verbose=False)
+    make_dataset(dataset_command(ctx.small, classes=8, train=64, val=8, min_size=80,
+                                 max_size=200, workers=workers))
+    make_dataset(dataset_command(ctx.large, classes=10, train=420, val=10, min_size=320,
+                                 max_size=500, workers=workers))
 
 
 # --- running and reporting -----------------------------------------------------------------------
