@@ -289,6 +289,8 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
 
 
 FOLDERS = list(dict.fromkeys(folder for folder, _ in SECTIONS.values()))
+# Measured only on a machine with a CUDA GPU: absent until one has run the tool.
+GPU_FOLDERS = ["gpu"]
 
 
 def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
