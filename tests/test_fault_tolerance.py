@@ -60,9 +60,15 @@ def uninterrupted_ddp(tiny_imagefolder, tmp_path_factory):
     return logdir / "ref/checkpoint.pth"
 
 
+def _children(pid: int) -> list:
+    """The processes `pid`'s main thread started (torchrun's ranks, a trainer's fork server)."""
+    return [int(child) for child in
+            Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def _rank_pid(torchrun_pid: int, rank: int) -> int:
     """The pid of one rank among torchrun's children (each worker's environment names it)."""
-    children = open(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children").read().split()
+    children = _children(torchrun_pid)
     for pid in children:
         if f"RANK={rank}".encode() in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
             return int(pid)
@@ -152,18 +158,6 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
                      if r["kind"] == "train"]
     assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
     assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost
-
-
-def _children(pid: int) -> list:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 def _gone(pid: int) -> bool:
