@@ -89,13 +89,6 @@ def test_ddp_comm_hook_needs_ddp(tiny_imagefolder, tmp_path):
                         "train/nd.py", tmp_path)
 
 
-def test_the_parameter_server_refuses_mixed_precision_by_name(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--opt-level", "O1", tiny_imagefolder],
-                        "--opt-level is an option of train/nd.py", tmp_path, script="ps.py")
-    _expect_usage_error(TINY + ["--data-backend", "dali-cpu", tiny_imagefolder],
-                        "invalid choice: 'dali-cpu'", tmp_path, script="ps.py")
-
-
 def _help(script: str) -> str:
     return run_script(script, ["-h"]).stdout
 
@@ -104,8 +97,8 @@ def _help(script: str) -> str:
     ("nd.py", ["--ddp-comm-hook", "--fp16-allreduce", "--sync-bn", "--dist-timeout", "--mode "]),
     ("ddp.py", ["--fp16-allreduce", "--mode ", "--evaluator"]),
     ("hvd.py", ["--ddp-comm-hook", "--powersgd-rank", "--dist-timeout"]),
-    ("ps.py", ["--opt-level", "--amp-dtype", "--loss-scale", "--ddp-comm-hook", "--grad-accum",
-               "--sync-bn", "--compile", "--evaluate", "--num-servers", "dali-cpu", "--opt ",
+    ("ps.py", ["--ddp-comm-hook", "--grad-accum", "--sync-bn", "--compile", "--evaluate",
+               "--opt ",
                "--model-ema", "--mixup-alpha", "--clip-grad-norm", "--norm-weight-decay"]),
 ])
 def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):

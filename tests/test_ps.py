@@ -48,13 +48,37 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     assert "best top1" in proc.stdout and "seed 2" in proc.stdout
     run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
     run_script("ps.py", common + ["--mode", "async", "--run-name", "async"], nproc=3)
-    ps, ddp, async_ = (_params(tmp_path / name) for name in ("ps", "ddp", "async"))
-    assert ps.keys() == ddp.keys()
+    # The parameters in two shards on two server processes: still DDP's update.
+    run_script("ps.py", common + ["--mode", "sync", "--num-servers", "2", "--run-name", "ps2"],
+               nproc=4)
+    ps, ddp, async_, ps2 = (_params(tmp_path / name) for name in ("ps", "ddp", "async", "ps2"))
+    assert ps.keys() == ddp.keys() == ps2.keys()
     for name in ps:
         torch.testing.assert_close(ps[name], ddp[name], rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(ps2[name], ps[name], rtol=0, atol=0, msg=name)
+    # The checkpoint holds the whole optimizer state, as one server's (momentum of every
+    # parameter, in model order), so a run resumes with any --num-servers.
+    momentum = [_optimizer(tmp_path / name)["state"] for name in ("ps", "ps2")]
+    assert len(momentum[0]) == len(ps) and momentum[1].keys() == momentum[0].keys()
+    for i in momentum[0]:
+        assert torch.equal(momentum[0][i]["momentum_buffer"], momentum[1][i]["momentum_buffer"])
     ps_losses = [r["loss"] for r in records(tmp_path / "ps", "train")]
     assert ps_losses == pytest.approx([r["loss"] for r in records(tmp_path / "ddp", "train")],
                                       rel=1e-5)
+    assert [r["loss"] for r in records(tmp_path / "ps2", "train")] == ps_losses
+    run2 = records(tmp_path / "ps2", "run")[0]
+    assert (run2["servers"], run2["workers"], run2["world_size"]) == (2, 2, 4)
+    # Balanced by size: resnet18's 11.2M parameters split within one conv layer's 2.4M.
+    assert sum(run2["shard_sizes"]) == sum(v.numel() for v in ps.values())
+    assert abs(run2["shard_sizes"][0] - run2["shard_sizes"][1]) <= 2_359_296
+    # Per-server traffic: each server gets its shard's gradients (server 0 also the
+    # BatchNorm buffers) and sends its shard back.
+    last = records(tmp_path / "ps2", "worker")[-1]
+    pushed, pulled = last["bytes_pushed_per_server"], last["bytes_pulled_per_server"]
+    assert len(pushed) == len(pulled) == 2 and min(pushed) > 0 and min(pulled) > 0
+    assert sum(pushed) == last["bytes_pushed"]
+    shard_bytes = [4 * n for n in run2["shard_sizes"]]
+    assert pushed[1] == 4 * shard_bytes[1]  # 4 steps of float32 gradients
     assert len(ps_losses) == 4 and len(set(ps_losses)) == 4
     # Sensitivity: async applies each gradient alone, a different computation.
     assert max((async_[k] - ddp[k]).abs().max().item() for k in ddp) > 1e-3
@@ -62,6 +86,11 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     assert (run["strategy"], run["mode"], run["workers"], run["world_size"]) == ("ps", "sync",
                                                                                  2, 3)
     assert records(tmp_path / "ps", "end")[0]["reason"] == "finished"
+
+
+def _optimizer(run_dir):
+    return torch.load(run_dir / "checkpoint.pth", map_location="cpu",
+                      weights_only=True)["optimizer"]
 
 
 def _loss_falls(run_dir, factor=0.8):
@@ -237,7 +266,8 @@ def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--mode", "bsp"], "invalid choice"),
     (["--worker-slowdown", "1,0.5"], "must be >= 1"),
-    (["--opt-level", "O1"], "--opt-level is an option of train/nd.py"),
+    (["--num-servers", "0"], "--num-servers must be >= 1"),
+    (["--push-dtype", "float8"], "invalid choice: 'float8'"),
 ])
 def test_bad_arguments_exit_2(tiny_imagefolder, tmp_path, args, message):
     proc = run_script("ps.py", TINY + args + ["--logdir", tmp_path, tiny_imagefolder],
@@ -261,6 +291,9 @@ def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
 def test_one_process_is_not_a_parameter_server(tiny_imagefolder, tmp_path):
     proc = run_script("ps.py", TINY + ["--logdir", tmp_path, tiny_imagefolder], check=False)
     assert proc.returncode == 2 and "at least 2 processes" in proc.stderr
+    proc = run_script("ps.py", TINY + ["--num-servers", "2", "--logdir", tmp_path,
+                                       tiny_imagefolder], check=False, nproc=2)
+    assert proc.returncode != 0 and "at least 3 processes (ranks 0..1 serve" in proc.stderr
 
 
 def test_by_class_split_gives_each_worker_its_own_classes():

@@ -236,15 +236,15 @@ class TrainConfig:
         PRECISION, "--opt-level",
         help="apex-style mixed precision level on native torch.amp: O0 fp32, O1 autocast + "
              "dynamic loss scaling, O2 half model with fp32 master weights and fp32 "
-             "BatchNorm, O3 pure half", choices=OPT_LEVELS, only=ENGINE_ENTRIES))
+             "BatchNorm, O3 pure half", choices=OPT_LEVELS))
     amp_dtype: str = field(default="auto", metadata=opt(
         PRECISION, "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
-        choices=("auto", "float16", "bfloat16"), only=ENGINE_ENTRIES))
+        choices=("auto", "float16", "bfloat16")))
     loss_scale: Optional[str] = field(default=None, metadata=opt(
         PRECISION, "--loss-scale",
         help="'dynamic' or a fixed number (apex's loss_scale). Default: the level's own, "
              "dynamic for O1/O2 with float16, none otherwise; refused with bfloat16, which "
-             "needs none", only=ENGINE_ENTRIES))
+             "needs none"))
     float64: bool = field(default=False, metadata=opt(
         PRECISION, "--float64", help="run O0 in float64 (model, inputs, loss): slow, for "
                                      "checking that strategies compute exactly the same thing"))

@@ -213,6 +213,16 @@ class Precision:
             for p, m in self._master_pairs:
                 m.copy_(state[name_of[id(p)]])
 
+    @torch.no_grad()
+    def load_parameters(self, model: nn.Module, values) -> None:
+        """Set the parameters from full-precision values in model order (a parameter server's
+        weights): the masters get them exactly, the half model their rounding."""
+        master = {id(p): m for p, m in self._master_pairs}
+        for p, value in zip(model.parameters(), values):
+            p.copy_(value)
+            if id(p) in master:
+                master[id(p)].copy_(value)
+
     # --- the step ------------------------------------------------------------------------------
     def forward_context(self):
         """Autocast for O1. A fresh context per call: DataParallel re-enters it in each of its

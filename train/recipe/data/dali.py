@@ -127,8 +127,12 @@ class DaliLoader:
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
         self.seed = cfg.seed
+        # --split by-class (parameter server): this worker's classes only
+        subset = (shard.train_subset([label for _, label in samples])
+                  if train and shard.train_subset else None)
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
-                                      seed=self.seed, **train_sampling(cfg, train))
+                                      seed=self.seed, subset=subset,
+                                      **train_sampling(cfg, train))
         self.channels_last = cfg.channels_last
         self.num_samples = len(self.sampler)
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).

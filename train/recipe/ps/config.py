@@ -4,27 +4,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..config import DATA, TrainConfig, UsageError, opt
+from ..config import TrainConfig, UsageError, opt
 from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
 SPLITS = ("iid", "by-class")
-
-
-# The data backends the workers can read with (DALI in the workers is not done yet).
-PS_DATA_BACKENDS = ("pytorch", "synthetic")
+PUSH_DTYPES = ("auto", "float32", "float16", "bfloat16")
 PARAMETER_SERVER = "parameter server"  # the help group of the options below
 
 
 @dataclass
 class PSConfig(TrainConfig):
-    data_backend: str = field(default="pytorch", metadata=opt(
-        DATA, "--data-backend", help="data loader of the workers", choices=PS_DATA_BACKENDS))
     mode: str = field(default="sync", metadata=opt(
         PARAMETER_SERVER, "--mode",
         help="sync: one update from all workers' mean gradient per step (same as DDP); async: "
              "apply each worker's gradient on arrival; esync: faster workers take local steps "
              "while the slowest takes one, then model deltas are averaged", choices=MODES))
+    num_servers: int = field(default=1, metadata=opt(
+        PARAMETER_SERVER, "--num-servers",
+        help="server processes (ranks 0..K-1) holding the parameters in K shards balanced by "
+             "size; rank 0 also keeps the counters, BatchNorm buffers, logs, evaluations and "
+             "checkpoints. The other ranks are workers"))
+    push_dtype: str = field(default="auto", metadata=opt(
+        PARAMETER_SERVER, "--push-dtype", choices=PUSH_DTYPES,
+        help="dtype of the gradients (sync, async) or model deltas (esync) the workers send. "
+             "auto: as computed, float32 at O0-O2 (float64 with --float64), the half type at "
+             "O3; float16 / bfloat16 halve the bytes (the server adds them up in float32)"))
     split: str = field(default="iid", metadata=opt(
         PARAMETER_SERVER, "--split",
         help="iid: every worker samples all classes; by-class: worker i gets classes i, i+N, "
@@ -70,6 +75,8 @@ class PSConfig(TrainConfig):
             raise UsageError("--eval-every must be >= -1")
         if self.global_lr <= 0 or (self.local_lr is not None and self.local_lr <= 0):
             raise UsageError("--global-lr and --local-lr must be > 0")
+        if self.num_servers < 1:
+            raise UsageError("--num-servers must be >= 1")
         if self.max_local_steps < 1:
             raise UsageError("--max-local-steps must be >= 1")
         if self.esync_epsilon < 0:

@@ -18,7 +18,7 @@ from ..models import build_model
 from ..precision import Precision
 from ..registry import ENTRIES
 from ..strategies import pick_device
-from . import evaluator, server as srv, wire
+from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
 from .worker import Worker, WorkerStopped
 
@@ -47,11 +47,12 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
-    # The model stays on the CPU: O0, float64 with --float64, like the workers.
-    precision = Precision.from_config(cfg)
-    precision.bind(torch.device("cpu"), notice=lambda message: None)
-    model = precision.convert_module(
+    # The model stays on the CPU, in float32 whatever the workers compute in (their O2 masters
+    # live here), or float64 with --float64.
+    model = Precision(float64=cfg.float64).convert_module(
         build_model(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual))
+    precision = Precision.from_config(cfg)  # the workers', as the run record describes it
+    precision.bind(device, notice=lambda message: None)
     prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
@@ -66,16 +67,19 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     srv._SERVER = server  # before RPC starts: workers call in as soon as it has
     for signum in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(signum, lambda num, frame: _stop_on_signal(server, num))
-    rpc.init_rpc(wire.SERVER, rank=0, world_size=workers + 1,
-                 rpc_backend_options=_rpc_options(cfg))
+    world = cfg.num_servers + workers
+    rpc.init_rpc(wire.SERVER, rank=0, world_size=world, rpc_backend_options=_rpc_options(cfg))
     lifecycle.write_run_record(
-        log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=workers + 1,
-        workers=workers, backend="tensorpipe", devices_per_process=1,
+        log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=world,
+        workers=workers, servers=cfg.num_servers,
+        shard_sizes=[sum(server.params[i].numel() for i in s) for s in server.shards],
+        push_dtype=cfg.push_dtype, backend="tensorpipe", devices_per_process=1,
         slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
         precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
         num_classes=num_classes, device=str(device))
     slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
-    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, server + {workers} workers "
+    servers = "server" if cfg.num_servers == 1 else f"{cfg.num_servers} servers"
+    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, {servers} + {workers} workers "
               f"(slowdown {slowdowns}, split "
               f"{cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
               f"{run_dir}")
@@ -96,6 +100,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         if failed:
             print(f"error: parameter server: {server.failure}", file=sys.stderr, flush=True)
     finally:
+        server.end_shards()
         log.close()
         val_loader.close()
         # Graceful shutdown waits for every process; a lost worker never arrives.
@@ -113,14 +118,29 @@ def _stop_on_signal(server, signum: int) -> None:
           flush=True)
 
 
-def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
-    worker = Worker(cfg, rank, workers, cfg.slowdowns(workers, "workers")[rank - 1])
-    rpc.init_rpc(wire.worker_name(rank), rank=rank, world_size=workers + 1,
+def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:
+    """Server `index` >= 1 of --num-servers: one shard of the parameters (shards.py)."""
+    shards._SHARD = server = shards.ShardServer(cfg, workers)
+    for signum in (signal.SIGTERM, signal.SIGUSR1):  # server 0 decides when the run stops
+        signal.signal(signum, signal.SIG_IGN)
+    rpc.init_rpc(wire.server_name(index), rank=index, world_size=cfg.num_servers + workers,
                  rpc_backend_options=_rpc_options(cfg))
+    server.serve(shards.coordinator_alive)
+    _shutdown(graceful=server.graceful)
+    return lifecycle.EXIT_FAILED if server.failed else 0
+
+
+def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
+    worker_index = rank - cfg.num_servers + 1  # workers are numbered 1..N
+    worker = Worker(cfg, worker_index, workers,
+                    cfg.slowdowns(workers, "workers")[worker_index - 1])
+    rpc.init_rpc(wire.worker_name(worker_index), rank=rank,
+                 world_size=cfg.num_servers + workers, rpc_backend_options=_rpc_options(cfg))
     try:
         worker.run()
     except WorkerStopped as err:
-        print(f"error: worker {rank}: the run stopped: {err}", file=sys.stderr, flush=True)
+        print(f"error: worker {worker_index}: the run stopped: {err}", file=sys.stderr,
+              flush=True)
         worker.say_goodbye()
         _shutdown(graceful=False)
         return lifecycle.EXIT_FAILED
@@ -148,16 +168,23 @@ def main(argv: Optional[list] = None, description: str = "") -> None:
             evaluator.watch(cfg)
             return
         rank, world = rank_and_world()
-        if world < 2:
-            raise UsageError(f"the parameter server needs at least 2 processes (rank 0 serves, "
-                             f"the others are workers), got world size {world}: e.g. "
-                             f"torchrun --nproc_per_node=3 train/ps.py --mode {cfg.mode} ...")
+        servers = cfg.num_servers
+        if world <= servers:
+            serving = "rank 0 serves" if servers == 1 else f"ranks 0..{servers - 1} serve"
+            raise UsageError(
+                f"the parameter server needs at least {servers + 1} processes ({serving}, "
+                f"the others are workers), got world size {world}: e.g. torchrun "
+                f"--nproc_per_node={servers + 2} train/ps.py --mode {cfg.mode} ...")
+        workers = world - servers
         # A wrong-length list: every rank says so before any RPC starts.
-        cfg.slowdowns(world - 1, "workers (world size - 1 server)")
+        cfg.slowdowns(workers, f"workers (world size - {servers} server"
+                               f"{'s' if servers > 1 else ''})")
         if rank == 0:
-            code = run_server(cfg, world - 1)
+            code = run_server(cfg, workers)
+        elif rank < servers:
+            code = run_shard_server(cfg, rank, workers)
         else:
-            code = run_worker(cfg, rank, world - 1)
+            code = run_worker(cfg, rank, workers)
     except UsageError as err:
         exit_on_usage_error(err)
     sys.exit(code)

@@ -26,7 +26,7 @@ from ..progress import RunClock
 from ..runlog import RunLog
 from ..schedule import LrMultiplier
 from ..validation import evaluate
-from . import wire
+from . import shards, wire
 from .evaluator import BackgroundJobs
 from .monitor import PROBE_AFTER_S, FailureMonitor
 from .state_service import EsyncStateService
@@ -78,10 +78,12 @@ class _Interval:
             self.metrics[k] += stats[k]
         sums = self.per_worker[worker]
         for k in ("steps", "count", "compute_time", "comm_time", "wait_time", "data_time",
-                  "local_steps", "staleness", "pushes"):
+                  "local_steps", "staleness", "pushes", "overflows"):
             sums[k] = sums.get(k, 0.0) + stats.get(k, 0.0)
         sums["staleness_max"] = max(sums.get("staleness_max", 0), stats.get("staleness", 0))
-        sums["bytes_pushed"], sums["bytes_pulled"] = stats["bytes_pushed"], stats["bytes_pulled"]
+        for k in ("bytes_pushed", "bytes_pulled", "bytes_pushed_per_server",
+                  "bytes_pulled_per_server", "loss_scale"):
+            sums[k] = stats.get(k)  # running totals (and the newest scale): the latest counts
 
 
 class ParameterServer:
@@ -90,6 +92,10 @@ class ParameterServer:
         self.cfg, self.mode, self.workers = cfg, cfg.mode, workers
         self.model, self.num_classes = model, num_classes
         self.params, self.bufs = wire.parameters(model), wire.buffers(model)
+        # --num-servers: this server updates shard 0; servers 1..K-1 the others (shards.py).
+        self.shards = shards.model_shards(self.params, cfg.num_servers)
+        self.own = shards.pick(self.params, self.shards[0])
+        self._restored_optimizer: dict = {}  # the whole model's, for the other shards
         self.val_loader, self.eval_device, self.log, self.run_dir = (
             val_loader, eval_device, log, run_dir)
         self.lock = threading.Lock()
@@ -109,7 +115,7 @@ class ParameterServer:
         self.said_goodbye: set = set()
         self.last_contact = {w: time.monotonic() for w in self.live}
 
-        self.rule = RULES[self.mode](cfg, self.params, workers)
+        self.rule = RULES[self.mode](cfg, self.own, workers)
         self.base_lr = self.rule.base_lr
         self.state_service = EsyncStateService(workers, cfg.max_local_steps, cfg.esync_rule,
                                                cfg.esync_epsilon)
@@ -117,7 +123,7 @@ class ParameterServer:
         self._registered: Dict[int, int] = {}
         self._register_futures: List[torch.futures.Future] = []
         self._round: Dict[int, tuple] = {}  # worker -> (future, arrival time)
-        self._round_sum: List[Optional[torch.Tensor]] = [None] * len(self.params)
+        self._round_sums = shards.RoundSums(self.own)
         self._round_bufs: List[Optional[torch.Tensor]] = [None] * len(self.bufs)
         self._round_started: Optional[float] = None
         self.jobs = BackgroundJobs()
@@ -155,7 +161,8 @@ class ParameterServer:
             self._train_t0 = time.monotonic()
             self.clock = RunClock(total=self.cfg.epochs * self.samples_per_epoch)
             self.clock.start(done=self.samples)
-            reply = self._reply(epoch_samples=self._resume_position)
+            self._load_shards()
+            reply = self._reply(everything=True, epoch_samples=self._resume_position)
             futures, self._register_futures = self._register_futures, []
         for f in futures:
             f.set_result(reply)
@@ -185,12 +192,23 @@ class ParameterServer:
     def _lr_multiplier(self) -> float:
         return self.schedule(self.samples // (self.cfg.batch_size * self.workers))
 
-    def _reply(self, **extra) -> wire.Reply:
-        """The current model for a worker, with what it needs to know (under the lock)."""
+    def _load_shards(self) -> None:
+        """Give servers 1..K-1 their shards: the initial or restored weights and optimizer
+        state (under the lock, before any worker can push)."""
+        for k, indices in enumerate(self.shards[1:], start=1):
+            rpc.rpc_sync(wire.server_name(k), shards.shard_load, args=(
+                wire.snapshot(shards.pick(self.params, indices)),
+                shards.split_optimizer_state(self._restored_optimizer, indices), self.step))
+        self._restored_optimizer = {}
+
+    def _reply(self, everything: bool = False, **extra) -> wire.Reply:
+        """This server's shard of the current model (`everything`: the whole model, as at the
+        start), the BatchNorm buffers, and what a worker needs to know (under the lock)."""
         control = {"step": self.step, "epoch": self.epoch,
                    "stop": self.stop_reason is not None,
                    "lr_multiplier": self._lr_multiplier(), "lost": sorted(self.lost), **extra}
-        return wire.snapshot(self.params), wire.snapshot(self.bufs), control
+        params = self.params if everything else self.own
+        return wire.snapshot(params), wire.snapshot(self.bufs), control
 
     # --- sync and esync: rounds ----------------------------------------------------------------
     def push_round(self, worker: int, tensors, bufs, stats: dict) -> torch.futures.Future:
@@ -205,11 +223,7 @@ class ParameterServer:
             if not self._round:
                 self._round_started = now
             first = not self._round
-            for i, t in enumerate(tensors):
-                if first:
-                    self._round_sum[i] = t.clone()
-                else:
-                    self._round_sum[i] += t
+            self._round_sums.add(tensors)
             wire.average_buffers(self._round_bufs, bufs, first)
             self._round[worker] = (future, now)
             self._interval.add(worker, stats)
@@ -227,12 +241,18 @@ class ParameterServer:
 
     @torch.no_grad()
     def _apply_round(self) -> None:
-        n = len(self._round)
-        self.rule.apply_round(self._round_sum, n, self._lr_multiplier())
+        """This shard's update; the other servers are told to make theirs (and to answer the
+        workers waiting on them) as soon as their slices of the round are in."""
+        n, multiplier, overflow = len(self._round), self._lr_multiplier(), self._round_sums.overflow
+        if not overflow:  # a worker's loss scaler found an inf or NaN: nobody updates
+            self.rule.apply_round(self._round_sums.sums, n, multiplier)
+        for k in range(1, len(self.shards)):
+            rpc.rpc_async(wire.server_name(k), shards.shard_apply_round,
+                          args=(self.step, n, multiplier, overflow))
         wire.divide_float(self._round_bufs, n)
         for b, mean in zip(self.bufs, self._round_bufs):
             b.copy_(mean)
-        self._round_sum = [None] * len(self.params)
+        self._round_sums = shards.RoundSums(self.own)
 
     def esync_should_step(self, worker: int, round_: int, local_steps: int) -> bool:
         self.last_contact[worker] = time.monotonic()
@@ -249,7 +269,8 @@ class ParameterServer:
             staleness = self.step - stats["pulled_step"]
             self._interval.add(worker, {**stats, "staleness": staleness})
             self.samples += int(stats["count"])
-            self.rule.apply_push(grads, self._lr_multiplier())
+            if grads:  # empty: the worker's loss scaler found an inf or NaN
+                self.rule.apply_push(shards.as_params(grads, self.own), self._lr_multiplier())
             for b, value in zip(self.bufs, bufs):  # the newest worker's BatchNorm statistics
                 b.copy_(value)
             self._after_update()
@@ -300,6 +321,9 @@ class ParameterServer:
                 comm_time=sums["comm_time"], wait_time=sums["wait_time"],
                 data_time=sums["data_time"], seconds=seconds,
                 bytes_pushed=sums["bytes_pushed"], bytes_pulled=sums["bytes_pulled"],
+                bytes_pushed_per_server=sums["bytes_pushed_per_server"],
+                bytes_pulled_per_server=sums["bytes_pulled_per_server"],
+                overflows=int(sums["overflows"]), loss_scale=sums["loss_scale"],
                 local_steps=sums["local_steps"] / pushes if self.mode == "esync" else None,
                 staleness=sums["staleness"] / pushes if self.mode == "async" else None,
                 staleness_max=sums["staleness_max"] if self.mode == "async" else None)
@@ -334,22 +358,49 @@ class ParameterServer:
         """Continue from a checkpoint: weights, optimizer, counters (the epoch follows from the
         samples once the workers have registered)."""
         self.model.load_state_dict(state["model"])
-        self.rule.load_state_dict(state["optimizer"])
+        self.rule.load_state_dict(shards.split_optimizer_state(state["optimizer"],
+                                                               self.shards[0]))
+        self._restored_optimizer = state["optimizer"]
         self.step, self.samples = state["step"], state.get("samples", 0)
         self.best_top1 = state.get("best_top1", 0.0)
         if "epoch_samples" in state:  # older checkpoints hold only the sample count
             self._resumed_at = (state["epoch"], state["epoch_samples"])
 
     def _snapshot_state(self) -> dict:
+        """The checkpoint of now (under the lock). The other servers' shards arrive later:
+        `_complete` waits for them, in the background job."""
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        optimizer = _clone(self.rule.state_dict())
+        # sync, esync: the shards as of this round; async has no rounds: as they are then
+        as_of = None if self.mode == "async" else self.step
+        pending = [rpc.rpc_async(wire.server_name(k), shards.shard_state, args=(as_of,))
+                   for k in range(1, len(self.shards))]
         # "epoch": epochs completed, as in the engine's checkpoints
         completed = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
         return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
-                "optimizer": optimizer, "epoch": completed, "epoch_step": 0,
+                "optimizer": wire.clone_nested(self.rule.state_dict()), "_shards": pending,
+                "epoch": completed, "epoch_step": 0,
                 "epoch_samples": self.samples - completed * self.samples_per_epoch,
                 "step": self.step, "samples": self.samples, "mode": self.mode,
                 "world_size": self.workers + 1, "config": self.cfg.to_dict()}
+
+    def _complete(self, state: dict) -> dict:
+        """The whole model and optimizer state: the other servers' shards filled in."""
+        pending = state.pop("_shards")
+        if not pending:
+            state["optimizer"] = shards.merge_optimizer_states([state["optimizer"]],
+                                                               self.shards)
+            return state
+        names = [name for name, _ in self.model.named_parameters()]
+        optimizers = [state["optimizer"]]
+        for indices, future in zip(self.shards[1:], pending):
+            params, optimizer = future.wait()
+            if isinstance(params, BaseException):
+                raise params
+            for i, value in zip(indices, params):
+                state["model"][names[i]] = value
+            optimizers.append(optimizer)
+        state["optimizer"] = shards.merge_optimizer_states(optimizers, self.shards)
+        return state
 
     def _submit_eval(self, checkpoint_after: bool) -> None:
         state = self._snapshot_state()
@@ -366,6 +417,7 @@ class ParameterServer:
         self._write_checkpoint(self._snapshot_state(), is_best=False)
 
     def _evaluate(self, state: dict, epoch: int, taken: float, checkpoint_after: bool) -> None:
+        state = self._complete(state)
         if self._eval_model is None:
             from ..models import build_model
             self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
@@ -390,6 +442,8 @@ class ParameterServer:
 
     def _write_checkpoint(self, state: dict, is_best: bool) -> None:
         start = time.perf_counter()
+        if "_shards" in state:  # not yet completed by an evaluation
+            state = self._complete(state)
         state["best_top1"] = self.best_top1
         path = checkpoint.save(state, self.run_dir, is_best)
         self.log.write("checkpoint", epoch=state["epoch"], step=state["step"],
@@ -441,15 +495,14 @@ class ParameterServer:
         for future, _ in waiting.values():
             future.set_exception(WorkerFailure(self.failure))
 
-
-def _clone(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: _clone(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clone(v) for v in obj]
-    return obj
+    def end_shards(self) -> None:
+        """Tell servers 1..K-1 the run is over (and, after a failure, why)."""
+        for k in range(1, len(self.shards)):
+            try:
+                rpc.rpc_sync(wire.server_name(k), shards.shard_end,
+                             args=(not self.lost, self.failure), timeout=10)
+            except Exception as err:  # gone already: nothing to tell it
+                print(f"note: server {k}: {str(err).splitlines()[0][:200]}", flush=True)
 
 
 def _mean(per_worker: Dict[int, Dict[str, float]], key: str, per: str) -> float:

@@ -8,7 +8,11 @@ from typing import List, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-SERVER = "ps"
+SERVER = "ps"  # server 0, the coordinator
+
+
+def server_name(server: int) -> str:
+    return SERVER if server == 0 else f"{SERVER}{server}"
 
 
 def worker_name(worker: int) -> str:
@@ -28,10 +32,15 @@ def snapshot(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     return [t.detach().to("cpu", copy=True) for t in tensors]
 
 
-def gradients(model: nn.Module) -> List[torch.Tensor]:
-    """One gradient per parameter (zeros where a parameter took no part in the loss)."""
-    return [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu()
-            for p in model.parameters()]
+def clone_nested(obj):
+    """A copy of a state dict's tensors (nested in dicts and lists), the rest as it is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: clone_nested(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clone_nested(v) for v in obj]
+    return obj
 
 
 @torch.no_grad()

@@ -5,6 +5,12 @@ sync   gradient of one batch per step; the push returns the updated model once e
 async  the same gradient, applied by the server at once; the push returns the newest model.
 esync  local SGD steps for as long as the state service says they fit into the slowest
        worker's step; then the model delta of the round is pushed and averaged.
+
+A worker computes at any opt level, through the same precision plugin as the engine: its
+optimizer is the local SGD (esync) or a `GradientCapture` that keeps the unscaled gradients for
+the push (sync, async), so loss scaling, overflow skipping and O2's fp32 masters work as in
+the engine. The servers hold float32 weights (O2's masters) and answer with them. With
+--num-servers K a push goes to every server at once, each its own shard of the tensors.
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import itertools
 import os
 import signal
 import time
-from typing import Iterator, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed.rpc as rpc
@@ -24,7 +30,7 @@ from ..models import build_model
 from ..precision import Precision
 from ..strategies import pick_device
 from . import server as srv
-from . import wire
+from . import shards, wire
 from .update_rules import esync_local_optimizer
 
 
@@ -43,11 +49,29 @@ class WorkerStopped(Exception):
     """The server ended the run with an error (or is gone)."""
 
 
+class GradientCapture(torch.optim.Optimizer):
+    """A sync or async worker's "optimizer": the precision plugin steps it like any other
+    (after removing the loss scale, and not at all when the scaler found an inf or NaN), and
+    its step keeps the gradients for the push; the server makes the update."""
+
+    def __init__(self, params):
+        super().__init__(params, {})
+        self.captured: Optional[List[torch.Tensor]] = None
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.captured = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu()
+                         for p in self.param_groups[0]["params"]]
+
+
 class Worker:
     def __init__(self, cfg, worker: int, workers: int, slowdown: float):
         self.cfg, self.worker, self.workers, self.slowdown = cfg, worker, workers, slowdown
-        local_rank = int(os.environ.get("LOCAL_RANK", worker))
-        gpu = (local_rank - 1) % torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # The servers (ranks 0..K-1) train nothing: workers take the GPUs from the first one.
+        servers = cfg.num_servers
+        local_rank = int(os.environ.get("LOCAL_RANK", servers + worker - 1))
+        gpu = ((local_rank - servers) % torch.cuda.device_count() if torch.cuda.is_available()
+               else 0)
         self.device = pick_device(cfg.device, gpu)
         if self.device.type == "cuda":
             # As the other entries do: otherwise pinned memory and the first CUDA call of every
@@ -61,14 +85,22 @@ class Worker:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         torch.manual_seed((cfg.seed or 0) + worker)  # weights are replaced by the first pull
         memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
-        # The parameter server trains at O0 (fp32, or float64 with --float64).
         self.precision = Precision.from_config(cfg)
-        self.precision.bind(self.device, notice=lambda message: None)
+        self.precision.bind(self.device, notice=print if worker == 1 else lambda message: None)
         self.model = self.precision.convert_module(
             build_model(cfg.arch, self.num_classes).to(self.device, memory_format=memory_format))
         self.model.train()
+        self.precision.setup_masters(self.model)
+        # What the optimizer steps (O2: the fp32 masters), in the model's parameter order.
+        self.trained = [p for _, p in self.precision.named_optimizer_params(self.model)]
+        self.optimizer = (esync_local_optimizer(self.trained, cfg) if cfg.mode == "esync"
+                          else GradientCapture(self.trained))
+        self.push_dtype = None if cfg.push_dtype == "auto" else getattr(torch, cfg.push_dtype)
+        self.shards = shards.model_shards(self.trained, cfg.num_servers)  # as the servers'
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-        self.bytes_pushed = self.bytes_pulled = 0
+        self.bytes_pushed = [0] * cfg.num_servers  # per server
+        self.bytes_pulled = [0] * cfg.num_servers
+        self.lr_multiplier = 1.0  # the schedule's, as the coordinator last said
         self.step = 0  # the server step of the weights this worker holds
         self.lost_peers: list = []  # workers the server has given up on
 
@@ -88,8 +120,13 @@ class Worker:
 
     def _call(self, fn, *args):
         """A blocking call to the server; its failures end this worker with the reason."""
+        return self._wait(rpc.rpc_async(wire.SERVER, fn, args=args))
+
+    @staticmethod
+    def _wait(future: torch.futures.Future):
+        """A call's result; a server's failure ends this worker with the reason."""
         try:
-            result = rpc.rpc_sync(wire.SERVER, fn, args=args)
+            result = future.wait()
         except Exception as err:
             text = str(err).strip()
             reason = next((line for line in text.splitlines() if "worker" in line
@@ -101,22 +138,45 @@ class Worker:
             raise WorkerStopped(str(result)[:500])
         return result
 
-    def _take(self, reply: wire.Reply) -> dict:
+    def _take(self, reply: wire.Reply, other_shards: List[List[torch.Tensor]] = ()) -> dict:
+        """Load what the servers answered: from server 0 its shard (at the start: the whole
+        model), the BatchNorm buffers and the control dict; from each other server its shard."""
         params, bufs, control = reply
-        wire.load_into(self.model, params, bufs)
-        self.bytes_pulled += wire.nbytes(params) + wire.nbytes(bufs)
+        self.bytes_pulled[0] += wire.nbytes(params) + wire.nbytes(bufs)
+        if other_shards:
+            values: List[Optional[torch.Tensor]] = [None] * len(self.trained)
+            for indices, tensors in zip(self.shards, [params, *other_shards]):
+                for i, t in zip(indices, tensors):
+                    values[i] = t
+            for k, tensors in enumerate(other_shards, start=1):
+                self.bytes_pulled[k] += wire.nbytes(tensors)
+            params = values
+        elif len(params) != len(self.trained):  # K = 1 answers the whole model every time
+            raise WorkerStopped(f"server 0 sent {len(params)} tensors for "
+                                f"{len(self.trained)} parameters")
+        self.precision.load_parameters(self.model, params)
+        wire.load_into(self.model, (), bufs)
         self.step = control["step"]
         self.lost_peers = control["lost"]
+        self.lr_multiplier = control["lr_multiplier"]
         return control
 
     def _compute(self, images, targets) -> dict:
-        """Forward and backward of one batch, slowed down by the --worker-slowdown factor (a
-        sleep, so an emulated slow worker does not take CPU from the others)."""
+        """Forward, backward and the optimizer's step (esync: a local SGD step; sync, async:
+        the gradients captured for the push) of one batch, slowed down by the
+        --worker-slowdown factor (a sleep, so an emulated slow worker does not take CPU from
+        the others)."""
         start = time.perf_counter()
-        output = self.model(self.precision.convert_input(images))
-        loss = self.criterion(self.precision.convert_output(output), targets)
-        self.model.zero_grad(set_to_none=True)
-        loss.backward()
+        precision = self.precision
+        with precision.forward_context():
+            output = self.model(precision.convert_input(images))
+        loss = self.criterion(precision.convert_output(output), targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # O2: the half model's own gradients
+        precision.backward(loss)
+        if precision.has_masters:
+            precision.accumulate_grads()
+        precision.optimizer_step(self.optimizer)
         correct1, correct5 = correct_topk(output, targets)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -126,19 +186,40 @@ class Worker:
         n = len(targets)
         return {"count": n, "loss": loss.item() * n, "correct1": correct1.item(),
                 "correct5": correct5.item(), "compute_time": time.perf_counter() - start,
-                "steps": 1}
+                "steps": 1, "loss_scale": precision.loss_scale()}
 
-    def _push(self, fn, tensors, stats: dict) -> dict:
+    def _push(self, fn, tensors: List[torch.Tensor], stats: dict) -> dict:
+        """Send each server its shard of `tensors` (gradients or deltas; empty: this step
+        overflowed), all at once, and load the answers."""
+        if self.push_dtype is not None:
+            tensors = [t.to(self.push_dtype) for t in tensors]
+        parts = [shards.pick(tensors, indices) if tensors else [] for indices in self.shards]
         bufs = wire.snapshot(wire.buffers(self.model))
-        self.bytes_pushed += wire.nbytes(tensors) + wire.nbytes(bufs)
-        stats.update(bytes_pushed=self.bytes_pushed, bytes_pulled=self.bytes_pulled, pushes=1)
+        for k, part in enumerate(parts):
+            self.bytes_pushed[k] += wire.nbytes(part) + (wire.nbytes(bufs) if k == 0 else 0)
+        stats.update(bytes_pushed=sum(self.bytes_pushed), bytes_pulled=sum(self.bytes_pulled),
+                     bytes_pushed_per_server=list(self.bytes_pushed),
+                     bytes_pulled_per_server=list(self.bytes_pulled), pushes=1)
         start = time.perf_counter()
-        reply = self._call(fn, self.worker, tensors, bufs, stats)
+        others = [self._push_shard(k, part, rounds=fn is srv.push_round)
+                  for k, part in enumerate(parts[1:], start=1)]
+        reply = self._call(fn, self.worker, parts[0], bufs, stats)
+        other_shards = [self._wait(f) for f in others]
         seconds = time.perf_counter() - start
-        control = self._take(reply)
+        control = self._take(reply, other_shards)
         # The push's round trip, less the time the server held it waiting for other workers.
         control["comm_time"] = seconds - control.get("wait_time", 0.0)
         return control
+
+    def _push_shard(self, server: int, part: List[torch.Tensor],
+                    rounds: bool) -> torch.futures.Future:
+        """sync, esync: a slice of this round, answered once the round is applied; async: a
+        slice applied at once, with the schedule's lr as of this worker's last update."""
+        if rounds:
+            return rpc.rpc_async(wire.server_name(server), shards.shard_push_round,
+                                 args=(self.step, part))
+        return rpc.rpc_async(wire.server_name(server), shards.shard_push_async,
+                             args=(part, self.lr_multiplier))
 
     # --- the loops --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -167,16 +248,18 @@ class Worker:
         fn = srv.push_round if self.cfg.mode == "sync" else srv.push_async
         comm = wait = 0.0  # of the previous push, reported with the next one
         for images, targets, data_time in self._batches():
+            self.optimizer.captured = None
             stats = self._compute(images, targets)
+            grads = self.optimizer.captured or []  # none: the loss scaler skipped this step
             stats.update(data_time=data_time, comm_time=comm, wait_time=wait,
-                         pulled_step=self.step)
-            control = self._push(fn, wire.gradients(self.model), stats)
+                         pulled_step=self.step, overflows=0 if grads else 1)
+            control = self._push(fn, grads, stats)
             comm, wait = control["comm_time"], control.get("wait_time", 0.0)
             if control["stop"]:
                 return
 
     def _esync_loop(self) -> None:
-        optimizer = esync_local_optimizer(self.model.parameters(), self.cfg)
+        optimizer = self.optimizer
         local_lr = optimizer.defaults["lr"]
         batches = self._batches()
         comm = wait = 0.0
@@ -184,7 +267,7 @@ class Worker:
         while True:
             for group in optimizer.param_groups:
                 group["lr"] = local_lr * multiplier
-            start_params = wire.snapshot(wire.parameters(self.model))
+            start_params = wire.snapshot(self.trained)
             totals = {"count": 0, "loss": 0.0, "correct1": 0.0, "correct5": 0.0,
                       "compute_time": 0.0, "data_time": 0.0, "steps": 0}
             local_steps, query_time = 0, 0.0
@@ -197,14 +280,13 @@ class Worker:
                     break
                 images, targets, data_time = next(batches)
                 step = self._compute(images, targets)
-                optimizer.step()
+                totals["loss_scale"] = step["loss_scale"]
                 for k in ("count", "loss", "correct1", "correct5", "compute_time", "steps"):
                     totals[k] += step[k]
                 totals["data_time"] += data_time
                 local_steps += 1
             with torch.no_grad():
-                delta = [p.detach().cpu() - p0 for p, p0 in
-                         zip(wire.parameters(self.model), start_params)]
+                delta = [p.detach().cpu() - p0 for p, p0 in zip(self.trained, start_params)]
             totals.update(local_steps=local_steps, comm_time=comm, wait_time=wait)
             control = self._push(srv.push_round, delta, totals)
             comm = control["comm_time"] + query_time
