@@ -48,6 +48,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
+            "ps_servers": "## Parameter server: one server process or two (`--num-servers`)",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
             "recipes": "## Recipes at an equal small budget (CPU)",
             "gpu_check": "## GPU acceptance (`launch/gpu_check.sh`)"}
@@ -259,6 +260,12 @@ def ps_block(folder: Path, figures: Path) -> str:
     return results.bench_ps_block(folder, None)
 
 
+def ps_servers_block(folder: Path, figures: Path) -> str:
+    from bench import results
+
+    return results.ps_servers_block(folder)
+
+
 def gpu_block(folder: Path, figures: Path) -> str:
     from bench import gpu_check
 
@@ -282,6 +289,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "scaling_model": ("sweep", scaling_block),
     "sweep": ("sweep", sweep_block),
     "bench_ps": ("ps", ps_block),
+    "ps_servers": ("ps-servers", ps_servers_block),
     "esync": ("esync", esync_block),
     "recipes": ("recipes", recipes_block),
     "gpu_check": ("gpu", gpu_block),

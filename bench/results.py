@@ -341,6 +341,75 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
     return "\n".join(text) + "\n"
 
 
+# --- the parameter server's server count ---------------------------------------------------------
+def _bytes_per_step(run: sweep_stats.Run) -> Optional[list]:
+    """Worker 1's bytes sent to each server per step (its last record holds running totals)."""
+    mine = [r for r in run.logs.get("worker", []) if r["worker"] == 1]
+    steps = sum(r["steps"] for r in mine)
+    if not mine or not steps or not mine[-1].get("bytes_pushed_per_server"):
+        return None
+    return [b / steps for b in mine[-1]["bytes_pushed_per_server"]]
+
+
+def ps_servers_block(folder: Path) -> str:
+    """Synchronous PS throughput with 1 and 2 server processes, measured and as the scaling
+    model predicts it from the same folder's single-process nd run."""
+    from bench.scaling.cases import PRESETS
+    from bench.scaling.measured import collect_runs, cpu_comparison
+
+    runs = sweep_stats.load_sweep(folder)
+    ps = [r for r in runs if r.entry == "ps" and r.stage == "throughput"]
+    if not ps:
+        raise SystemExit(f"error: no parameter-server run under {folder}")
+    rows = [r for r in sweep_stats.analyze(runs) if r["entry"] == "ps"]
+    model = {(m["workers"], m["servers"]): m for m in cpu_comparison(
+        collect_runs([folder]), PRESETS["cpu-loopback"]) if m["entry"].startswith("ps sync")}
+    cfg = ps[0].run["config"]
+    text = [
+        f"Measured by `launch/env.sh python -m bench.sweep --strategies nd,ps --ps-servers 1,2 "
+        f"--no-curves` (`{_where(folder)}`, {len(runs)} runs, {_when(ps[0].run)}) at commit "
+        f"{_commit(runs)} on {sweep_stats.describe_hardware(runs)}, "
+        f"{ps[0].run['hardware'].get('torch_threads')} thread(s) per process."
+        + _load_note(_meta(folder / "sweep.json"), "sweep.json"),
+        "",
+        f"Setup: `--mode sync`, {cfg['arch']}, {cfg['image_size']} px, `-b "
+        f"{cfg['batch_size']}` per worker, synthetic data, {cfg['steps_per_epoch']} steps; "
+        "K servers + N workers = K + N processes on these cores. img/s = median of the logged "
+        "intervals after the first (xN: median of N runs, lowest-highest beside it). Bytes per "
+        "step = what worker 1 sent each server per step (server 0 also gets the BatchNorm "
+        "buffers). Model = `bench/scaling/model.py`'s synchronous PS sharded over K dedicated "
+        "servers on one host, from this folder's 1-process nd run and the `cpu-loopback` link "
+        "preset (as in the scaling model section): every worker's gradient leaves through one "
+        "host link whatever K is, so it predicts no gain from a second server here.",
+        "",
+    ]
+    table = []
+    for r in sorted(rows, key=lambda r: (r["workers"], r["variant"])):
+        run = next(x for x in ps if x.combo == r["run"])
+        servers = run.run.get("servers", 1)
+        per_server = _bytes_per_step(run)
+        predicted = model.get((r["workers"], servers), {}).get("predicted", {}).get("alone")
+        table.append([str(r["workers"]), str(servers), str(r["processes"]),
+                      _fmt(r["img_s"]) + (f" x{r['repeats']}" if r["repeats"] > 1 else ""),
+                      f"{_fmt(r['img_s_low'])}-{_fmt(r['img_s_high'])}",
+                      (f"{r['ps_comm_share']:.2f} / {r['ps_wait_share']:.2f}"
+                       if r["ps_comm_share"] is not None else "-"),
+                      " + ".join(f"{b / 2 ** 20:.1f}" for b in per_server)
+                      if per_server else "-",
+                      (f"{predicted:.1f} ({predicted / r['img_s'] - 1:+.0%})"
+                       if predicted and r["img_s"] else "-")])
+    text.append(markdown_table(["workers", "servers", "processes", "img/s", "lowest-highest",
+                                "comm / wait share", "MiB per step to each server",
+                                "model img/s (error)"], table, right_from=0))
+    by_k = {(r["workers"], next(x for x in ps if x.combo == r["run"]).run.get("servers", 1)):
+            r["img_s"] for r in rows}
+    ratios = [f"{n} worker{'s' if n > 1 else ''}: {by_k[(n, 2)] / by_k[(n, 1)]:.2f}x"
+              for n in sorted({n for n, _ in by_k}) if by_k.get((n, 1)) and by_k.get((n, 2))]
+    if ratios:
+        text += ["", "2 servers vs 1, img/s: " + ", ".join(ratios) + "."]
+    return "\n".join(text) + "\n"
+
+
 def update(results: Path, sweep: Optional[Path] = None, bench_ps: Optional[Path] = None,
            target: Optional[float] = None) -> None:
     if sweep is not None:

@@ -61,17 +61,18 @@ STRATEGIES = (BASELINE, *(name for name, e in ENTRIES.items() if e.distributed))
 @dataclass(frozen=True)
 class Combo:
     strategy: str            # an entry of the registry: nd | ddp | ddp_apex | hvd | ps
-    workers: int             # processes that compute (the PS adds one server process)
+    workers: int             # processes that compute (the PS adds its server processes)
     opt_level: str = "O0"
     hook: str = "none"       # DDP comm hook
     compression: str = "none"  # Horovod gradient compression: none | fp16
     mode: str = "sync"       # parameter server mode
+    servers: int = 1         # parameter server processes (--num-servers)
     stage: str = "throughput"  # throughput | curves
     repeat: int = 1          # the k-th run of the same combination (throughput only)
 
     @property
     def processes(self) -> int:
-        return self.workers + 1 if self.strategy == "ps" else self.workers
+        return self.workers + self.servers if self.strategy == "ps" else self.workers
 
     @property
     def name(self) -> str:
@@ -81,6 +82,8 @@ class Combo:
             parts.append(f"hook_{self.hook}")
         if self.compression != "none":
             parts.append(f"{self.compression}_compress")
+        if self.servers > 1:
+            parts.append(f"s{self.servers}")
         if self.repeat > 1:
             parts.append(f"r{self.repeat}")
         name = "-".join(parts)
@@ -117,7 +120,8 @@ def combos(args) -> List[Combo]:
                     if comp == "none" or n > 1:
                         out.append(Combo("hvd", n, compression=comp))
             elif s == "ps":
-                out += [Combo("ps", n, mode=m) for m in _csv(args.ps_modes)]
+                out += [Combo("ps", n, mode=m, servers=int(k)) for m in _csv(args.ps_modes)
+                        for k in _csv(args.ps_servers)]
     # Repeats interleave (every combination once, then again), so a drift of a shared machine
     # spreads over all of them instead of hitting one combination's repeats together.
     out = [replace(c, repeat=k) for k in range(1, args.repeats + 1) for c in out]
@@ -147,7 +151,8 @@ def strategy_args(c: Combo) -> List[str]:
     if c.compression == "fp16":
         args += ["--fp16-allreduce"]
     if c.strategy == "ps":
-        args += ["--mode", c.mode]
+        args += ["--mode", c.mode] + (["--num-servers", str(c.servers)] if c.servers > 1
+                                      else [])
     return args
 
 
@@ -203,12 +208,14 @@ def parse(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke sweep: 32 px, -b 8, 6 steps, nd and DDP only, one tiny curves run")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
-    p.add_argument("--workers", default="1,2", help="worker counts (PS: + 1 server process)")
+    p.add_argument("--workers", default="1,2", help="worker counts (PS: + its server processes)")
     p.add_argument("--ddp-hooks", default="none,fp16", help="DDP comm hooks (none,fp16,bf16,"
                                                             "powersgd) at > 1 worker")
     p.add_argument("--hvd-compression", default="none,fp16", help="Horovod: none,fp16")
     p.add_argument("--apex-levels", default="O1", help="opt levels of ddp_apex runs")
     p.add_argument("--ps-modes", default="sync", help="parameter server modes")
+    p.add_argument("--ps-servers", default="1",
+                   help="parameter server process counts (--num-servers), e.g. 1,2")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
     p.add_argument("-a", "--arch", default="resnet18")
     p.add_argument("--image-size", type=int, default=64)
@@ -265,7 +272,7 @@ def main(argv=None) -> int:
     dataset = dataset_command(curves_data_dir(args, out), *curves_dataset(args)) \
         if need_data else None
     print(f"# {len(jobs)} runs into {out}; OMP_NUM_THREADS={args.threads} per process; workers "
-          "counted as compute processes (PS: + 1 server process)")
+          "counted as compute processes (PS: + its server processes)")
     if args.emulated_bf16 and any(c.opt_level != "O0" for c in todo if c.stage != "curves"):
         print(f"# bf16 is emulated on this CPU (no AVX512-BF16/AMX): O1 runs take "
               f"{args.slow_steps} steps, -p 1")

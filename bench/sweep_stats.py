@@ -91,6 +91,8 @@ def load_run(run_dir: Path) -> Optional[Run]:
         variant = f"{run['comm_hook']} hook"
     elif cfg.get("fp16_allreduce") and entry == "hvd":
         variant = "fp16 compression"
+    elif entry == "ps" and run.get("servers", 1) > 1:
+        variant = f"{run['servers']} servers"
     r = Run(run_dir.name, logs, "curves" if run_dir.name.startswith("curves-") else "throughput",
             entry, workers, run["world_size"], logged_precision(run), variant)
     train = logs.get("train", [])

@@ -77,6 +77,19 @@ def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder, load
     assert delivered[0] + delivered[1] == Counter({c: 16 for c in range(4)})
 
 
+def test_dali_by_class_split_reads_only_the_workers_classes(tiny_imagefolder, loaders):
+    """A parameter-server worker with --split by-class: DALI reads its classes, all of them."""
+    from recipe.ps.worker import worker_shard
+    for index in range(2):
+        train, _, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8),
+                              worker_shard(index, 2, "by-class"))
+        train.set_epoch(0)
+        _, labels = train.files_for_pass()
+        assert Counter(labels) == Counter({c: 16 for c in range(4) if c % 2 == index})
+        delivered = Counter(t for _, targets in train for t in targets.tolist())
+        assert delivered == Counter(labels)  # 32 images: 4 full batches of 8
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last, loaders):
     """Same contract from both backends: float32 NCHW normalised on the device (channels_last

@@ -28,8 +28,9 @@ class RunInfo:
     host: str
     start: float
     end: float
-    workers: int = 0           # devices that train (a PS run's world size counts its server)
+    workers: int = 0           # devices that train (a PS run's world size counts its servers)
     mode: str = ""             # parameter server: sync / async / esync
+    servers: int = 1           # parameter server: --num-servers
     beside_twin: bool = False  # an nd run that ran while another nd run ran on the same host
 
 
@@ -73,7 +74,8 @@ def read_run(log: Path) -> Optional[RunInfo]:
     world = int(run.get("world_size") or 1)
     return RunInfo(log.parent, str(run.get("entry") or run.get("strategy")), world, threads,
                    key, img_s, grad_dtype, str(hw.get("host", "?")), start, end,
-                   workers=int(run.get("workers") or world), mode=str(run.get("mode") or ""))
+                   workers=int(run.get("workers") or world), mode=str(run.get("mode") or ""),
+                   servers=int(run.get("servers") or 1))
 
 
 def collect_runs(dirs: Sequence[Path]) -> List[RunInfo]:
@@ -94,8 +96,9 @@ def collect_runs(dirs: Sequence[Path]) -> List[RunInfo]:
 
 
 # entry script -> (algorithm, bucket bytes). DDP: 25 MiB buckets; Horovod: 64 MB fusion
-# buffer; train/ps.py: rank 0 is a server process beside the workers, each worker pushes every
-# gradient tensor to it (sync mode only: async/esync do not wait for each other).
+# buffer; train/ps.py: ranks 0..K-1 are server processes beside the workers, each worker pushes
+# every gradient tensor to the server of its shard (sync mode only: async/esync do not wait for
+# each other).
 MODELLED_ENTRIES = {"ddp": ("ring", 25 * MIB), "ddp_apex": ("ring", 25 * MIB),
                     "hvd": ("ring", 64 * MIB), "ps": ("ps", None)}
 
@@ -107,15 +110,17 @@ def cpu_comparison(runs: List[RunInfo], hw: Hardware) -> List[dict]:
     talks tensorpipe RPC, not gloo; the gloo loopback figures stand in for it."""
     groups: Dict[Tuple, List[RunInfo]] = {}
     for r in runs:
-        groups.setdefault((r.entry, r.mode, r.world_size, r.workers, r.threads, r.key,
-                           r.grad_dtype), []).append(r)
+        groups.setdefault((r.entry, r.mode, r.servers, r.world_size, r.workers, r.threads,
+                           r.key, r.grad_dtype), []).append(r)
     out = []
-    for (entry, mode, world, workers, threads, key, gdt), members in sorted(groups.items(),
-                                                                           key=str):
+    for (entry, mode, servers, world, workers, threads, key, gdt), members in sorted(
+            groups.items(), key=str):
         if world < 2:
             continue
         measured = statistics.median(m.img_s for m in members)
-        row = {"entry": entry + (f" {mode}" if mode else ""), "procs": world,
+        label = entry + (f" {mode}" if mode else "") + (
+            f", {servers} servers" if entry == "ps" and servers > 1 else "")
+        row = {"entry": label, "procs": world, "workers": workers, "servers": servers,
                "threads": threads, "config": key, "grad_dtype": gdt, "runs": len(members),
                "measured": measured,
                "note": "", "predicted": {}, "baseline": {}}
@@ -135,9 +140,9 @@ def cpu_comparison(runs: List[RunInfo], hw: Hardware) -> List[dict]:
             wl = Workload(arch, int(batch), statistics.median(base), gdt, bucket_bytes=bucket,
                           accum=key[5])
             # one host: every process is on the same "node"; a PS server is a process of its
-            # own that receives every worker's gradient
+            # own that receives every worker's gradient shard
             p = predict(wl, replace(hw, devices_per_node=workers), workers, algo,
-                        ps_servers=1, ps_colocated=False, ps_local_aggregation=False)
+                        ps_servers=servers, ps_colocated=False, ps_local_aggregation=False)
             row["baseline"][label] = wl.img_s_1
             row["predicted"][label] = p.img_s
             row["t_comm"] = p.t_comm
