@@ -47,7 +47,9 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     assert progress and all("ETA run " in line for line in progress), proc.stdout
     assert "best top1" in proc.stdout and "seed 2" in proc.stdout
     run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
-    run_script("ps.py", common + ["--mode", "async", "--run-name", "async"], nproc=3)
+    # (over TensorPipe's default transports: shared memory on one host)
+    run_script("ps.py", common + ["--mode", "async", "--run-name", "async", "--rpc-transport",
+                                  "tensorpipe"], nproc=3)
     # The parameters in two shards on two server processes: still DDP's update.
     run_script("ps.py", common + ["--mode", "sync", "--num-servers", "2", "--run-name", "ps2"],
                nproc=4)
@@ -407,3 +409,23 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
     assert final["reason"] == "finished" and final["step"] == 24
     steps = [r["step"] for r in records(tmp_path / "pre", "train")]
     assert steps[steps.index(saved["step"]) + 1] == saved["step"] + 1  # no update done twice
+
+
+def test_a_run_resumes_exactly_on_another_number_of_servers(tiny_imagefolder, tmp_path):
+    """One server's checkpoint, continued by two servers: bit for bit the weights and momentum
+    of one server all along (the optimizer state is split among the servers and merged back
+    into one server's layout in the checkpoint)."""
+    common = STEP_ARGS + ["--mode", "sync", "--steps-per-epoch", "2", "--logdir", tmp_path,
+                          tiny_imagefolder]
+    run_script("ps.py", common + ["--epochs", "2", "--run-name", "straight"], nproc=3)
+    run_script("ps.py", common + ["--epochs", "1", "--run-name", "first"], nproc=3)
+    run_script("ps.py", common + ["--epochs", "2", "--num-servers", "2", "--resume",
+                                  tmp_path / "first", "--run-name", "second"], nproc=4)
+    assert records(tmp_path / "second", "end")[0]["step"] == 4
+    straight, second = _params(tmp_path / "straight"), _params(tmp_path / "second")
+    for name in straight:
+        assert torch.equal(straight[name], second[name]), name
+    momentum = [_optimizer(tmp_path / name)["state"] for name in ("straight", "second")]
+    assert momentum[0].keys() == momentum[1].keys()
+    for i in momentum[0]:
+        assert torch.equal(momentum[0][i]["momentum_buffer"], momentum[1][i]["momentum_buffer"])

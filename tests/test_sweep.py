@@ -64,6 +64,14 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
     assert list(only) == ["hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress",  # interleaved
                           "hvd-w1-O0-r2", "hvd-w2-O0-r2", "hvd-w2-O0-fp16_compress-r2"]
 
+    servers = _commands(_run("sweep", "--dry-run", "--only", "^ps", "--no-curves",
+                             "--ps-servers", "1,2").stdout)
+    assert list(servers) == ["ps_sync-w1-O0", "ps_sync-w1-O0-s2", "ps_sync-w2-O0",
+                             "ps_sync-w2-O0-s2"]
+    two = servers["ps_sync-w2-O0-s2"]  # 2 servers + 2 workers
+    assert "--nproc_per_node=4" in two and two[-2:] == ["--num-servers", "2"]
+    assert "--num-servers" not in servers["ps_sync-w2-O0"]
+
     # With native bf16 the mixed-precision learning curves are affordable and get a run too.
     native = _commands(_run("sweep", "--dry-run", "--out", tmp_path, "--only", "^curves",
                             env={"RECIPES_CPU_BF16": "native"}).stdout)

@@ -10,7 +10,8 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
                  loss_scaling}, global_batch, lr, num_classes, device, resumed_from, versions,
                  hardware, argv, commit (of this repository);
                  the engine adds steps_per_epoch and train_samples_per_rank; the parameter
-                 server adds mode, workers, slowdowns and split
+                 server adds mode, workers, servers, shard_sizes (parameters per server),
+                 push_dtype, slowdowns and split
   kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),
                  loss, top1, top5, count, lr, img_s (all processes), img_s_per_proc, data_time,
                  step_time; the engine adds epoch_step, steps_per_epoch and loss_scale; the
@@ -27,8 +28,11 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
                  ..."); the parameter server adds lost_workers
 Parameter-server runs also write:
   kind="worker"  worker, step, samples, steps, compute_time, comm_time, wait_time, data_time,
-                 seconds, bytes_pushed, bytes_pulled (cumulative), local_steps (esync),
-                 staleness and staleness_max (async), over one print interval
+                 seconds, bytes_pushed, bytes_pulled and their split by server
+                 bytes_pushed_per_server, bytes_pulled_per_server (cumulative), loss_scale
+                 (the newest), overflows (pushes the loss scaler skipped: sync, async),
+                 local_steps (esync), staleness and staleness_max (async), over one print
+                 interval
   kind="worker_lost"  worker, step, reason, live_workers
 Records that TensorBoard shows also carry `samples_seen`: training samples of the whole run
 so far (all processes), whatever the world size or batch.
@@ -70,7 +74,7 @@ TB_SCALARS = {
     "end": ("final", ("best_top1",)),
     # parameter server: one tag prefix per worker (worker1/compute_time, ...)
     "worker": ("worker{worker}", ("compute_time", "comm_time", "wait_time", "bytes_pushed",
-                                  "bytes_pulled", "local_steps", "staleness")),
+                                  "bytes_pulled", "local_steps", "staleness", "loss_scale")),
 }
 
 

@@ -10,6 +10,7 @@ from .state_service import RULES as ESYNC_RULES
 MODES = ("sync", "async", "esync")
 SPLITS = ("iid", "by-class")
 PUSH_DTYPES = ("auto", "float32", "float16", "bfloat16")
+RPC_TRANSPORTS = ("uv", "tensorpipe")
 PARAMETER_SERVER = "parameter server"  # the help group of the options below
 
 
@@ -25,6 +26,11 @@ class PSConfig(TrainConfig):
         help="server processes (ranks 0..K-1) holding the parameters in K shards balanced by "
              "size; rank 0 also keeps the counters, BatchNorm buffers, logs, evaluations and "
              "checkpoints. The other ranks are workers"))
+    rpc_transport: str = field(default="uv", metadata=opt(
+        PARAMETER_SERVER, "--rpc-transport", choices=RPC_TRANSPORTS,
+        help="uv: TCP through libuv, idle while it waits; tensorpipe: TensorPipe's own choice, "
+             "shared memory between the processes of one host (lower latency, but each process "
+             "keeps a core busy polling it, the whole run long) and InfiniBand where built in"))
     push_dtype: str = field(default="auto", metadata=opt(
         PARAMETER_SERVER, "--push-dtype", choices=PUSH_DTYPES,
         help="dtype of the gradients (sync, async) or model deltas (esync) the workers send. "

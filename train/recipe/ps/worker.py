@@ -1,4 +1,4 @@
-"""A worker (ranks 1..N): pulls the model, trains on its own shard, pushes to the server.
+"""A worker (the ranks after the servers): pulls the model, trains on its data shard, pushes.
 
 sync   gradient of one batch per step; the push returns the updated model once every worker
        of the step has pushed.
