@@ -243,7 +243,8 @@ class ParameterServer:
     def _apply_round(self) -> None:
         """This shard's update; the other servers are told to make theirs (and to answer the
         workers waiting on them) as soon as their slices of the round are in."""
-        n, multiplier, overflow = len(self._round), self._lr_multiplier(), self._round_sums.overflow
+        n, multiplier = len(self._round), self._lr_multiplier()
+        overflow = self._round_sums.overflow
         if not overflow:  # a worker's loss scaler found an inf or NaN: nobody updates
             self.rule.apply_round(self._round_sums.sums, n, multiplier)
         for k in range(1, len(self.shards)):
@@ -381,18 +382,13 @@ class ParameterServer:
                 "epoch": completed, "epoch_step": 0,
                 "epoch_samples": self.samples - completed * self.samples_per_epoch,
                 "step": self.step, "samples": self.samples, "mode": self.mode,
-                "world_size": self.workers + 1, "config": self.cfg.to_dict()}
+                "world_size": self.workers + len(self.shards), "config": self.cfg.to_dict()}
 
     def _complete(self, state: dict) -> dict:
         """The whole model and optimizer state: the other servers' shards filled in."""
-        pending = state.pop("_shards")
-        if not pending:
-            state["optimizer"] = shards.merge_optimizer_states([state["optimizer"]],
-                                                               self.shards)
-            return state
         names = [name for name, _ in self.model.named_parameters()]
         optimizers = [state["optimizer"]]
-        for indices, future in zip(self.shards[1:], pending):
+        for indices, future in zip(self.shards[1:], state.pop("_shards")):
             params, optimizer = future.wait()
             if isinstance(params, BaseException):
                 raise params
