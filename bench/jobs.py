@@ -68,9 +68,38 @@ def busy_cpu_seconds() -> Optional[float]:
 
 def children_cpu_seconds() -> float:
     """CPU seconds of this process's finished descendants (the runs, their launchers, their
-    loader workers: each is waited for by its parent)."""
+    loader workers: each is waited for by its parent, or, orphaned, by this process: see
+    adopt_orphans)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def adopt_orphans() -> None:
+    """Become the reaper of descendants whose parent exits without waiting for them (Linux's
+    child subreaper), so their CPU time counts as the run's. The loader workers' fork server
+    is one: the trainer never waits for it, and without this its workers' CPU time would show
+    up as other processes' load."""
+    try:
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans go to init, as before
+        pass
+
+
+def reap_orphans(wait_s: float = 10.0) -> None:
+    """Wait (up to `wait_s`) for the adopted descendants of the run that just ended."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no child left
+        if pid == 0:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
 
 
 def finished(run_dir: Path) -> bool:
@@ -95,6 +124,7 @@ def run_all(jobs: Sequence[tuple], out: Path, threads: int, timeout: float, meta
     meta_path = out / meta_name
     meta: Dict[str, dict] = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     cores = os.cpu_count() or 1
+    adopt_orphans()
     for i, (name, cmd) in enumerate(jobs, 1):
         run_dir = out / name
         if run_dir.exists():
@@ -121,6 +151,7 @@ def run_all(jobs: Sequence[tuple], out: Path, threads: int, timeout: float, meta
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 code = "timeout"
+        reap_orphans()
         seconds = time.perf_counter() - start
         busy1, mine1 = busy_cpu_seconds(), children_cpu_seconds()
         other = None

@@ -150,3 +150,38 @@ def test_shown_command_drops_where_the_outputs_go_and_keeps_the_measurement():
             "8"]
     assert shown_command("hvd", argv) == "python -m bench.hvd --steps 30 -b 8"
     assert shown_command("io", []) == "python -m bench.io"
+
+
+ORPHAN = """
+import os, time
+if os.fork() == 0:          # a child its parent never waits for, like the loaders' fork server
+    time.sleep(0.3)         # still running when the parent has exited
+    end = time.process_time() + 1.0
+    while time.process_time() < end:
+        pass
+    os._exit(0)
+"""
+
+
+def test_a_runs_orphaned_descendants_count_as_the_runs_cpu_not_others(tmp_path):
+    """bench.jobs.run_all adopts what a run leaves behind: an orphan's CPU second is the run's,
+    not 'other processes' load' (the loaders' fork server is such an orphan)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    probe = (
+        "import json, sys; from pathlib import Path\n"
+        "from bench.jobs import children_cpu_seconds, run_all\n"
+        "before = children_cpu_seconds()\n"
+        f"meta = run_all([('orphan', [sys.executable, '-c', {ORPHAN!r}])], Path(sys.argv[1]), "
+        "1, 60, 'meta.json')\n"
+        "print(json.dumps({'cpu': children_cpu_seconds() - before, **meta['orphan']}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["returncode"] == 0
+    assert result["cpu"] >= 0.9  # the orphan's busy second, reaped by run_all
+    assert result["seconds"] >= 1.0  # the run lasts until what it left behind has ended

@@ -157,3 +157,16 @@ def test_bench_e2e_without_the_peer_script_says_where_to_get_it(tmp_path):
     proc = run_tool("e2e", "--peer", tmp_path / "main.py")
     assert proc.returncode == 2
     assert "pytorch/examples" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
+    proc = run_tool("rpc_transport", "--mb", "1", "--repeats", "2", "--idle", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
+        if line.startswith("| ") and "round trip" not in line)}
+    assert set(rows) == {"uv", "tensorpipe"}
+    assert all(float(rows[t][0]) > 0 for t in rows)  # a round trip was timed
+    # CPU time, not wall time: on a busy machine uv's waiting processes still spend ~none
+    # (TensorPipe's shared memory polls: about 100 % each on an idle machine).
+    assert all(int(share.rstrip("%")) < 25 for share in rows["uv"][1:]), rows
