@@ -166,7 +166,7 @@ def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
         [c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
         if line.startswith("| ") and "round trip" not in line)}
     assert set(rows) == {"uv", "tensorpipe"}
-    assert all(float(rows[t][0]) > 0 for t in rows)  # a round trip was timed
+    assert all(float(rows[t][0]) >= float(rows[t][1]) > 0 for t in rows)  # median, fastest
     # CPU time, not wall time: on a busy machine uv's waiting processes still spend ~none
     # (TensorPipe's shared memory polls: about 100 % each on an idle machine).
-    assert all(int(share.rstrip("%")) < 25 for share in rows["uv"][1:]), rows
+    assert all(int(share.rstrip("%")) < 25 for share in rows["uv"][2:]), rows
