@@ -365,9 +365,10 @@ def ps_servers_block(folder: Path) -> str:
     model = {(m["workers"], m["servers"]): m for m in cpu_comparison(
         collect_runs([folder]), PRESETS["cpu-loopback"]) if m["entry"].startswith("ps sync")}
     cfg = ps[0].run["config"]
+    repeats = max(r["repeats"] for r in rows)
     text = [
         f"Measured by `launch/env.sh python -m bench.sweep --strategies nd,ps --ps-servers 1,2 "
-        f"--no-curves` (`{_where(folder)}`, {len(runs)} runs, {_when(ps[0].run)}) at commit "
+        f"--no-curves --repeats {repeats}` (`{_where(folder)}`, {len(runs)} runs, {_when(ps[0].run)}) at commit "
         f"{_commit(runs)} on {sweep_stats.describe_hardware(runs)}, "
         f"{ps[0].run['hardware'].get('torch_threads')} thread(s) per process."
         + _load_note(_meta(folder / "sweep.json"), "sweep.json"),

@@ -19,7 +19,6 @@ and esync the state after round r exactly; in async the shards' state of that mo
 from __future__ import annotations
 
 import threading
-import time
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -106,7 +105,6 @@ class ShardServer:
     def __init__(self, cfg, workers: int):
         self.cfg, self.workers = cfg, workers
         self.lock = threading.Lock()
-        self.loaded = threading.Event()
         self.ended = threading.Event()
         self.graceful = True  # the RPC shutdown: graceful unless a process is gone
         self.failed = False
@@ -115,7 +113,8 @@ class ShardServer:
         self.step = 0  # the coordinator's step these parameters are at (sync, esync)
         self._rounds: Dict[int, RoundSums] = {}
         self._waiting: Dict[int, List[torch.futures.Future]] = {}  # workers, per round
-        self._orders: Dict[int, tuple] = {}  # round -> (workers in it, lr multiplier)
+        # round -> (workers in it, lr multiplier, whether a worker's step overflowed)
+        self._orders: Dict[int, tuple] = {}
         self._state_requests: List[tuple] = []  # (step, future)
 
     def load(self, params: List[torch.Tensor], optimizer_state: dict, step: int) -> None:
@@ -124,7 +123,6 @@ class ShardServer:
             self.rule = RULES[self.cfg.mode](self.cfg, self.params, self.workers)
             self.rule.load_state_dict(optimizer_state)
             self.step = step
-            self.loaded.set()
 
     # --- sync and esync --------------------------------------------------------------------------
     def push_round(self, round_: int, tensors: List[torch.Tensor]) -> torch.futures.Future:
@@ -243,5 +241,4 @@ def coordinator_alive(timeout: float = 30.0) -> bool:
         rpc.rpc_sync(wire.SERVER, wire.ping, timeout=timeout)
         return True
     except Exception:
-        time.sleep(1.0)
         return False

@@ -44,10 +44,9 @@ def clone_nested(obj):
 
 
 @torch.no_grad()
-def load_into(model: nn.Module, params: Sequence[torch.Tensor],
-              bufs: Sequence[torch.Tensor]) -> None:
-    for target, value in zip(model.parameters(), params):
-        target.copy_(value)
+def load_buffers(model: nn.Module, bufs: Sequence[torch.Tensor]) -> None:
+    """The server's BatchNorm statistics into the model (the parameters go through the
+    precision plugin, which also sets O2's masters)."""
     for target, value in zip(model.buffers(), bufs):
         target.copy_(value)
 

@@ -155,7 +155,7 @@ class Worker:
             raise WorkerStopped(f"server 0 sent {len(params)} tensors for "
                                 f"{len(self.trained)} parameters")
         self.precision.load_parameters(self.model, params)
-        wire.load_into(self.model, (), bufs)
+        wire.load_buffers(self.model, bufs)
         self.step = control["step"]
         self.lost_peers = control["lost"]
         self.lr_multiplier = control["lr_multiplier"]
