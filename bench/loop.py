@@ -118,8 +118,8 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
             # one epoch of this size is one timed round, so the scheduler sees the real length
             "--synthetic-train-size", str(args.batch_size * args.steps),
             "--synthetic-val-size", str(args.batch_size)]
-    if args.channels_last:
-        argv.append("--channels-last")
+    # explicit either way: unset, the engine picks channels_last on a CPU, the bare loop would not
+    argv.append("--channels-last" if args.channels_last else "--no-channels-last")
     cfg = parse_args(argv)
     trainer = Trainer(cfg, Strategy.from_config(cfg), "bench")
     trainer.setup()

@@ -94,7 +94,7 @@ def test_dali_by_class_split_reads_only_the_workers_classes(tiny_imagefolder, lo
 def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last, loaders):
     """Same contract from both backends: float32 NCHW normalised on the device (channels_last
     when asked), int64 targets, the same images in the same order."""
-    extra = ["--channels-last"] if channels_last else []
+    extra = ["--channels-last" if channels_last else "--no-channels-last"]
     out = {}
     for backend in ("pytorch", "dali-cpu"):
         _, val, _ = loaders(_cfg(tiny_imagefolder, backend, *extra), _rank(0, 1))

@@ -193,8 +193,8 @@ def test_the_loader_workers_fork_server_outlives_the_stop_signals():
     with it before the trainer has written its preemption checkpoint)."""
     probe = (
         "import multiprocessing, multiprocessing.forkserver as fs, os, signal, sys, time\n"
-        "from recipe.data import pytorch\n"
-        "context = pytorch.worker_start_method()\n"
+        "from recipe.launch import loader_worker_context\n"
+        "context = loader_worker_context()\n"
         "child = context.Process(target=time.sleep, args=(30,))\n"
         "child.start()  # served: the server has done its imports\n"
         "server = fs._forkserver._forkserver_pid\n"

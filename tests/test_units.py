@@ -2,6 +2,8 @@
 Precision has its own file, tests/test_precision.py."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torchvision
@@ -31,6 +33,33 @@ def test_config_saves_as_json(tmp_path):
     cfg = parse_args(["--dummy", "--lr-steps", "2", "4"])
     cfg.save(tmp_path / "c.json")
     assert json.loads((tmp_path / "c.json").read_text())["lr_steps"] == [2, 4]
+
+
+@pytest.mark.parametrize("argv,device,expected", [
+    ([], "cpu", True),                                   # oneDNN's faster layout
+    ([], "cuda", False),                                 # fp32 on a GPU keeps NCHW
+    (["--opt-level", "O1"], "cuda", True),               # tensor cores with a half type
+    (["--float64"], "cpu", False),
+    (["--no-channels-last"], "cpu", False),              # an explicit choice is kept
+    (["--channels-last"], "cuda", True),
+])
+def test_channels_last_unset_is_decided_by_the_device(argv, device, expected):
+    cfg = parse_args(["--dummy", *argv])
+    assert cfg.resolve_channels_last(device) is expected and cfg.channels_last is expected
+
+
+def test_the_launcher_reads_the_command_line_without_importing_torch():
+    """recipe.launch starts the loader workers' fork server before torch is imported: the two
+    imports overlap only while the launcher itself stays free of torch."""
+    import subprocess
+    import sys
+    probe = ("import sys; sys.path.insert(0, 'train'); from recipe import launch; "
+             "parse = lambda argv: launch.parse_args(argv, entry='nd'); "
+             "print(launch.uses_loader_workers(parse(['-j', '2', 'data'])), "
+             "launch.uses_loader_workers(parse(['--dummy'])), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    assert out == ["True", "False", "False"]
 
 
 @pytest.mark.parametrize("argv,message", [

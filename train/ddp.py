@@ -7,8 +7,7 @@
 
 NCCL on GPUs, gloo on CPU. Add --opt-level O1/O2 for mixed precision (or use ddp_apex.py).
 """
-from recipe.engine import run
-from recipe.strategies import DDPStrategy
+from recipe.launch import main
 
 if __name__ == "__main__":
-    run(DDPStrategy, entry="ddp", description=__doc__)
+    main(entry="ddp", strategy="DDPStrategy", description=__doc__)

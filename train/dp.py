@@ -5,8 +5,7 @@
 Kept as a baseline: DDP (train/ddp.py) is faster even on one node, because DataParallel
 replicates the model and gathers outputs on GPU 0 every step, under one Python thread.
 """
-from recipe.engine import run
-from recipe.strategies import DataParallelStrategy
+from recipe.launch import main
 
 if __name__ == "__main__":
-    run(DataParallelStrategy, entry="dp", description=__doc__)
+    main(entry="dp", strategy="DataParallelStrategy", description=__doc__)

@@ -7,8 +7,7 @@ Horovod must be built for the installed torch first: `bash launch/install_horovo
 (The file is not called horovod.py: this folder comes first on sys.path and would shadow the
 horovod package.)
 """
-from recipe.engine import run
-from recipe.strategies import HorovodStrategy
+from recipe.launch import main
 
 if __name__ == "__main__":
-    run(HorovodStrategy, entry="hvd", description=__doc__)
+    main(entry="hvd", strategy="HorovodStrategy", description=__doc__)

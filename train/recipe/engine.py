@@ -46,6 +46,7 @@ class Trainer:
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
         self.device = strategy.setup_environment()
+        strategy.channels_last = cfg.resolve_channels_last(self.device.type)
         self.precision = strategy.precision
         self.slowdown = cfg.slowdowns(strategy.world_size)[strategy.rank]
         self.seed = cfg.seed
@@ -400,12 +401,15 @@ class Trainer:
             self.strategy.teardown()
 
 
-def run(strategy_class, entry: str, description: str = "", argv: Optional[list] = None) -> None:
-    """What every entry script calls: parse, set up, train, and turn bad input into exit 2.
-    `entry` names the script in the registry (recipe/registry.py), which holds its defaults."""
+def run(strategy_class, entry: str, description: str = "", argv: Optional[list] = None,
+        cfg: Optional[TrainConfig] = None) -> None:
+    """Parse (unless given `cfg`), set up, train, and turn bad input into exit 2. `entry` names
+    the script in the registry (recipe/registry.py), which holds its defaults. Entry scripts
+    reach it through recipe.launch.main."""
     trainer = strategy = None
     try:
-        cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
+        if cfg is None:
+            cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
         strategy = strategy_class.from_config(cfg)
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()

@@ -12,7 +12,6 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
+from ..launch import loader_worker_context
 from ..machine import cpu_cores
 from .augment import IMAGENET_MEAN, IMAGENET_STD, progressive_crop
 from .folders import collate_uint8, image_folders
@@ -161,34 +161,12 @@ def train_sampling(cfg: TrainConfig, train: bool) -> dict:
     return {"repeats": cfg.ra_reps if cfg.ra_sampler else 1, "crop_of_epoch": crop_of_epoch}
 
 
-def worker_start_method() -> multiprocessing.context.BaseContext:
-    """How loader workers start: forked from a fork server, never from the training process.
-
-    The training process has threads of its own by the time its loaders start (gloo's or
-    NCCL's, TensorBoard's writer, the other loader's queue feeders); a fork copies any lock one
-    of them holds at that moment, unowned, and the worker that next needs it waits forever
-    (seen here as a validation that never starts on a loaded 2-core machine). The fork server
-    is a fresh, single-threaded process that has imported the data modules once; each worker
-    is forked from it and receives the dataset pickled. (Python 3.14 makes it the default on
-    Linux for the same reason.)
-
-    The server imports every module of this package the training process has imported: a
-    worker re-runs the entry script's imports (multiprocessing's rule for a non-fork start),
-    and finds them all loaded. It imports `worker_server` first, which keeps the server alive
-    through the stop signals meant for the trainer."""
-    context = multiprocessing.get_context("forkserver")
-    package = __name__.split(".")[0]
-    loaded = sorted(name for name in sys.modules if name.split(".")[0] == package)
-    context.set_forkserver_preload([f"{__package__}.worker_server", *loaded])
-    return context
-
-
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
-    start_method = worker_start_method() if workers > 0 else None
+    start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
-        # Started now, it imports torch and the data modules while this process lists the
-        # folders and builds the model.
+        # Already running when an entry script started it (recipe.launch); otherwise started
+        # now, it imports the data modules while this process builds the model.
         multiprocessing.forkserver.ensure_running()
     train_set, val_set = image_folders(cfg)
     seed = cfg.seed

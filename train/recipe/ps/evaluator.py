@@ -72,6 +72,7 @@ def watch(cfg) -> None:
         from ..config import UsageError
         raise UsageError(f"--evaluator {watched}: no such run dir")
     device = pick_device(cfg.device)
+    cfg.resolve_channels_last(device.type)
     _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
     out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
     log = lifecycle.open_log(out_dir, cfg, is_main=True)

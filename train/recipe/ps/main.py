@@ -50,6 +50,7 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
 
 def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
+    cfg.resolve_channels_last(device.type)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
     # The model stays on the CPU, in float32 whatever the workers compute in (their O2 masters

@@ -73,6 +73,7 @@ class Worker:
         gpu = ((local_rank - servers) % torch.cuda.device_count() if torch.cuda.is_available()
                else 0)
         self.device = pick_device(cfg.device, gpu)
+        cfg.resolve_channels_last(self.device.type)
         if self.device.type == "cuda":
             # As the other entries do: otherwise pinned memory and the first CUDA call of every
             # worker open a context on GPU 0.

@@ -1,0 +1,65 @@
+"""What the engine's entry scripts run: read the command line, start the loader workers' fork
+server, and only then import torch and train.
+
+The order is the point. Importing torch and torchvision takes seconds, and the `pytorch`
+backend's DataLoader workers start from a fork server that imports the same modules once for all
+of them (`loader_worker_context` says why they start that way). Started here, the server imports
+them on another core while this process imports its own copy; started when the loaders are
+built, the first batch waits for it (2.5 s on a 2-core VM). So this module imports nothing
+heavier than the config: no torch.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+from typing import Optional
+
+from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
+from .registry import ENTRIES
+
+PACKAGE = __name__.split(".")[0]
+
+
+def loader_worker_context() -> multiprocessing.context.BaseContext:
+    """How loader workers start: forked from a fork server, never from the training process.
+
+    The training process has threads of its own by the time its loaders start (gloo's or
+    NCCL's, TensorBoard's writer, the other loader's queue feeders); a fork copies any lock one
+    of them holds at that moment, unowned, and the worker that next needs it waits forever
+    (seen here as a validation that never starts on a loaded 2-core machine). The fork server
+    is a fresh, single-threaded process that has imported the data modules once; each worker
+    is forked from it and receives the dataset pickled. (Python 3.14 makes it the default on
+    Linux for the same reason.)
+
+    The server imports the entry script (multiprocessing's `__main__` preload; a worker would
+    otherwise re-run the script's imports itself), `worker_server` first, which keeps the
+    server alive through the stop signals meant for the trainer, then the backend that the
+    workers run. The list only counts when the server starts: the first call decides it."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([f"{PACKAGE}.data.worker_server", "__main__",
+                                    f"{PACKAGE}.data.pytorch"])
+    return context
+
+
+def uses_loader_workers(cfg: TrainConfig) -> bool:
+    """Whether this run's loaders start worker processes (-j 0 loads in the trainer itself)."""
+    return cfg.backend == "pytorch" and cfg.workers != 0
+
+
+def start_loader_server(cfg: TrainConfig) -> None:
+    if uses_loader_workers(cfg):
+        loader_worker_context()
+        multiprocessing.forkserver.ensure_running()
+
+
+def main(entry: str, strategy: str, description: str = "",
+         argv: Optional[list] = None) -> None:
+    """An entry script's whole body: `entry` names it in the registry (recipe/registry.py),
+    `strategy` is the class of recipe.strategies that distributes it."""
+    try:
+        cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
+    except UsageError as err:
+        exit_on_usage_error(err)
+    start_loader_server(cfg)
+    from . import engine, strategies  # torch, from here on
+    engine.run(getattr(strategies, strategy), entry, description, cfg=cfg)
