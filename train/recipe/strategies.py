@@ -430,19 +430,36 @@ class DDPStrategy(Strategy):
             dist.destroy_process_group()
 
 
-class _BFloat16OverFloat32:
-    """Horovod 'compression' that lets bfloat16 gradients travel as float32 (Horovod 0.28 has
-    no bfloat16 collectives); every other dtype travels as it is."""
+class _HorovodWire:
+    """A tensor as Horovod 0.28 can send it: contiguous (channels_last tensors travel as a
+    contiguous copy), and of a dtype it has collectives for (bfloat16 travels as float32, exact
+    both ways). With `fp16` (--fp16-allreduce) every floating tensor travels as float16, as
+    Horovod's own fp16 compression does. DistributedOptimizer calls it as its gradient
+    'compression'; the broadcasts use it too. `decompress` gives the tensor back in its own
+    dtype and layout."""
+
+    def __init__(self, fp16: bool = False):
+        self.fp16 = fp16
+
+    def compress(self, tensor: torch.Tensor):
+        wire = tensor
+        if self.fp16 and tensor.is_floating_point():
+            wire = tensor.to(torch.float16)
+        elif tensor.dtype == torch.bfloat16:
+            wire = tensor.float()
+        return wire.contiguous(), (tensor.dtype, _memory_format(tensor))
 
     @staticmethod
-    def compress(tensor: torch.Tensor):
-        if tensor.dtype == torch.bfloat16:
-            return tensor.float(), tensor.dtype
-        return tensor, None
+    def decompress(wire: torch.Tensor, ctx) -> torch.Tensor:
+        dtype, memory_format = ctx
+        return wire.to(dtype=dtype, memory_format=memory_format)
 
-    @staticmethod
-    def decompress(tensor: torch.Tensor, dtype):
-        return tensor if dtype is None else tensor.to(dtype)
+
+def _memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    if tensor.dim() == 4 and not tensor.is_contiguous() and tensor.is_contiguous(
+            memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 class _HorovodGatherRows(torch.autograd.Function):
@@ -514,8 +531,8 @@ class HorovodStrategy(Strategy):
         stand_in = torch.optim.SGD(self.module.parameters(), lr=0.0)
         self.reducer = hvd.DistributedOptimizer(
             stand_in, named_parameters=list(self.module.named_parameters()),
-            # fp16 compression halves the traffic; otherwise bf16 must travel as fp32
-            compression=hvd.Compression.fp16 if self.fp16_allreduce else _BFloat16OverFloat32,
+            # fp16 halves the traffic; otherwise bf16 must travel as fp32
+            compression=_HorovodWire(fp16=self.fp16_allreduce),
             # O2 reduces every micro-batch (summed in the fp32 masters), the others only the last
             backward_passes_per_step=(1 if self.precision.has_masters
                                       else self.backward_passes_per_step),
@@ -535,12 +552,13 @@ class HorovodStrategy(Strategy):
         self._broadcast_from_rank0(module.named_buffers())
 
     def _broadcast_from_rank0(self, named_tensors) -> None:
-        """In place, like hvd.broadcast_parameters, but Horovod 0.28 has no bfloat16
-        collectives: those tensors travel as float32 (exact: bf16 -> fp32 -> bf16)."""
+        """In place, like hvd.broadcast_parameters, for tensors Horovod 0.28 cannot send as
+        they are too: bfloat16 ones travel as float32 (exact both ways), channels_last ones as
+        a contiguous copy."""
         for name, tensor in named_tensors:
-            wire, bf16 = _BFloat16OverFloat32.compress(tensor)
+            wire, _ = _HorovodWire().compress(tensor)
             self.hvd.broadcast_(wire, root_rank=0, name=f"recipe.broadcast.{name}")
-            if bf16:
+            if wire is not tensor:
                 tensor.copy_(wire)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
