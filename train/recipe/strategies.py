@@ -442,12 +442,14 @@ class _HorovodWire:
         self.fp16 = fp16
 
     def compress(self, tensor: torch.Tensor):
-        wire = tensor
+        dtype = tensor.dtype
         if self.fp16 and tensor.is_floating_point():
-            wire = tensor.to(torch.float16)
-        elif tensor.dtype == torch.bfloat16:
-            wire = tensor.float()
-        return wire.contiguous(), (tensor.dtype, _memory_format(tensor))
+            dtype = torch.float16
+        elif dtype == torch.bfloat16:
+            dtype = torch.float32
+        # One conversion for both, and none (the tensor itself) when neither is needed.
+        wire = tensor.to(dtype=dtype, memory_format=torch.contiguous_format)
+        return wire, (tensor.dtype, _memory_format(tensor))
 
     @staticmethod
     def decompress(wire: torch.Tensor, ctx) -> torch.Tensor:
