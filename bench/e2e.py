@@ -13,7 +13,7 @@ machine's speed hits all of them alike:
   pytorch/examples   python main.py -a ARCH -b B -j J --epochs E -p 1 DATA (--no-accel without a
                      GPU); its checkpoints go to a scratch folder
   nd defaults        python train/nd.py with the same options: fp32, the pytorch backend (and
-                     channels_last on a CPU, which is the default there)
+                     channels_last on a CPU at 224 px, which is the default there)
   nd fast            the same plus --channels-last, DALI (dali-cpu without a GPU, dali-gpu with
                      one) and O1 autocast: float16 on a GPU; bfloat16 on a CPU where a short
                      probe (a few training steps of the model each way) finds it faster than

@@ -36,14 +36,18 @@ def test_config_saves_as_json(tmp_path):
 
 
 @pytest.mark.parametrize("argv,device,expected", [
-    ([], "cpu", True),                                   # oneDNN's faster layout
+    ([], "cpu", True),                                   # oneDNN's faster layout at 224 px
+    (["--image-size", "64"], "cpu", False),              # ... but not at small crops
+    (["--image-size", "112"], "cpu", True),
+    (["--image-size", "96", "--progressive-resize", "96", "160", "0", "2"], "cpu", True),
+    (["--image-size", "64", "--opt-level", "O1"], "cuda", True),   # a GPU: any size
     ([], "cuda", False),                                 # fp32 on a GPU keeps NCHW
     (["--opt-level", "O1"], "cuda", True),               # tensor cores with a half type
     (["--float64"], "cpu", False),
     (["--no-channels-last"], "cpu", False),              # an explicit choice is kept
     (["--channels-last"], "cuda", True),
 ])
-def test_channels_last_unset_is_decided_by_the_device(argv, device, expected):
+def test_channels_last_unset_is_decided_by_the_device_and_crop(argv, device, expected):
     cfg = parse_args(["--dummy", *argv])
     assert cfg.resolve_channels_last(device) is expected and cfg.channels_last is expected
 
