@@ -6,13 +6,14 @@ Plain Python only (no torch, no matplotlib), so importing it costs nothing.
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, NamedTuple, NoReturn, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,6 +84,11 @@ def steady(records: List[dict], key: str) -> List[float]:
     """The values of `key` in interval records after the first, which holds start-up and
     warm-up."""
     return [r[key] for r in records if r.get(key) is not None][1:]
+
+
+def interval_img_s(run_dir: Path) -> List[float]:
+    """A run's img/s, interval by interval, after the warm-up interval."""
+    return steady(read_log(run_dir).get("train", []), "img_s")
 
 
 def logged_entry(run: dict) -> str:
@@ -186,6 +192,39 @@ def shown_command(tool: str, argv: Sequence[str]) -> str:
         elif not arg.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
             shown.append(arg)
     return " ".join([f"python -m bench.{tool}", *shown])
+
+
+# --- tools that time the entry scripts in turns on synthetic data (bench.hvd, bench.ddp_cost) --
+def turns_options(parser: argparse.ArgumentParser, tool: str) -> None:
+    """The options of a tool that runs entry scripts in turns and reports from the kept logs."""
+    parser.add_argument("--out", type=Path, help=f"folder of the runs (default "
+                        f"runs/{tool}-<stamp>)")
+    parser.add_argument("--report", type=Path, metavar="DIR",
+                        help="measure nothing: print the block of an earlier --out")
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="OMP threads per process")
+    parser.add_argument("-a", "--arch", default="resnet18")
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("-b", "--batch-size", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--extra", default="", help="more trainer options, e.g. '--opt-level O1'")
+
+
+def measure_or_report(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]],
+                      record: str, measure: Callable, report: Callable[[Path], str]) -> int:
+    """Parse; with --report print the block of an earlier measurement, else measure (into
+    --out) and print where the logs are and the block."""
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    if args.report:
+        if not (args.report / record).is_file():
+            parser.error(f"--report {args.report}: no {record} there")
+        print(report(args.report))
+        return 0
+    out = measure(args)
+    print(f"\nlogs in {out}\n\n{report(out)}")
+    return 0
 
 
 # --- this machine --------------------------------------------------------------------------------

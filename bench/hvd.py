@@ -22,16 +22,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import (REPO, logged_hardware, logged_precision, markdown_table, read_log,
-                          shown_command, steady)
+from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision,
+                          markdown_table, measure_or_report, read_log, shown_command,
+                          turns_options)
 from bench.jobs import launcher, stamped_out
 
 RECORD = "bench_hvd.json"
 LABELS = {"ddp": "DDP (gloo)", "hvd": "Horovod (gloo)"}
-
-
-def interval_img_s(run_dir: Path) -> list:
-    return steady(read_log(run_dir).get("train", []), "img_s")
 
 
 def measure(args) -> Path:
@@ -94,28 +91,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 1)[1])
-    parser.add_argument("--out", type=Path, help="folder of the runs (default "
-                        "runs/bench_hvd-<stamp>)")
-    parser.add_argument("--report", type=Path, metavar="DIR",
-                        help="measure nothing: print the block of an earlier --out")
-    parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="OMP threads per process")
-    parser.add_argument("-a", "--arch", default="resnet18")
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("-b", "--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--extra", default="", help="more trainer options, e.g. '--opt-level O1'")
-    args = parser.parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])
-    if args.report:
-        if not (args.report / RECORD).is_file():
-            parser.error(f"--report {args.report}: no {RECORD} there")
-        print(report(args.report))
-        return 0
-    out = measure(args)
-    print(f"\nlogs in {out}\n\n{report(out)}")
-    return 0
+    turns_options(parser, "bench_hvd")
+    return measure_or_report(parser, argv, RECORD, measure, report)
 
 
 if __name__ == "__main__":

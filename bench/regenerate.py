@@ -15,6 +15,8 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
   results/hvd/                the `bench_hvd` block (bench.hvd)
+  results/ddp_cost/<label>/   the `bench_ddp_cost` block, one report per measurement
+                              (bench.ddp_cost; --archive RUNS_DIR ddp_cost/<label>)
   results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)
@@ -44,6 +46,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "bench_cpu": "## CPU: nd vs DDP, fp32 vs bf16",
             "bench_io": "## Input pipelines (`bench/io.py`)",
             "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
+            "bench_ddp_cost": "## Where DDP's efficiency goes (`bench/ddp_cost.py`)",
             "bench_e2e": "## End to end vs pytorch/examples (`bench/e2e.py`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
@@ -235,6 +238,12 @@ def hvd_block(folder: Path, figures: Path) -> str:
     return hvd.report(folder)
 
 
+def ddp_cost_block(folder: Path, figures: Path) -> str:
+    from bench import ddp_cost
+
+    return ddp_cost.block(folder)
+
+
 def scaling_block(folder: Path, figures: Path) -> str:
     """The scaling model against the published cases, and against the sweep's runs on this
     machine (the same logs as the sweep section)."""
@@ -285,6 +294,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "bench_cpu": ("cpu", cpu_block),
     "bench_io": ("io", io_block),
     "bench_hvd": ("hvd", hvd_block),
+    "bench_ddp_cost": ("ddp_cost", ddp_cost_block),
     "bench_e2e": ("e2e", e2e_block),
     "scaling_model": ("sweep", scaling_block),
     "sweep": ("sweep", sweep_block),
@@ -360,7 +370,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.archive:
         source, section = Path(args.archive[0]), args.archive[1]
-        if section not in FOLDERS:
+        if section.split("/")[0] not in FOLDERS:  # ddp_cost/<label>: one of several
             parser.error(f"section must be one of {', '.join(FOLDERS)}")
         print(f"archived {source} -> {archive(source, section, args.results_dir)}")
     if args.check:

@@ -170,3 +170,39 @@ def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
     # CPU time, not wall time: on a busy machine uv's waiting processes still spend ~none
     # (TensorPipe's shared memory polls: about 100 % each on an idle machine).
     assert all(int(share.rstrip("%")) < 25 for share in rows["uv"][2:]), rows
+
+
+def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
+    """bench.ddp_cost: nd, two nd at once, DDP 1 and DDP 2 in turns, every ratio computed from
+    the runs' own logs; the all-reduce sized as the model's gradients."""
+    import statistics
+
+    import torchvision
+
+    from bench.common import interval_img_s
+    from bench.ddp_cost import block
+
+    out = tmp_path / "results" / "ddp_cost" / "tiny"
+    proc = run_tool("ddp_cost", "--image-size", "32", "-b", "8", "--steps", "11", "--rounds",
+                    "1", "--out", out, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((out / "bench_ddp_cost.json").read_text())
+    assert record["order"] == [["nd", ["nd-r0"]], ["nd x2", ["ndx2-r0", "ndx2-r0-p1"]],
+                               ["DDP 1", ["DDP1-r0"]], ["DDP 2", ["DDP2-r0"]]]
+    assert read_jsonl(out / "DDP2-r0")[0]["world_size"] == 2
+    model = torchvision.models.resnet18(num_classes=10)
+    assert record["allreduce"]["numel"] == sum(p.numel() for p in model.parameters())
+    assert record["allreduce"]["wall_ms"] > 0
+
+    rate = {run: statistics.median(interval_img_s(out / run))
+            for _, runs in record["order"] for run in runs}
+    nd, nd2 = rate["nd-r0"], rate["ndx2-r0"] + rate["ndx2-r0-p1"]
+    ddp1, ddp2 = rate["DDP1-r0"], rate["DDP2-r0"]
+    text = block(out.parent)  # what bench.regenerate writes, from the logs alone
+    assert "(logs: `results/ddp_cost/tiny/`)" in text
+    assert text.split("\n", 1)[1].strip() in proc.stdout  # the tool's own report, but for that
+    assert f"| nd x2 | {nd2:.1f} |" in text
+    for label, value in [("nd x2 / (2 x nd)", nd2 / (2 * nd)), ("DDP 1 / nd", ddp1 / nd),
+                         ("DDP 2 / nd x2", ddp2 / nd2), ("DDP 2 / (2 x DDP 1)", ddp2 / (2 * ddp1)),
+                         ("DDP 2 / (2 x nd)", ddp2 / (2 * nd))]:
+        assert f"{label}: **{value:.2f}**" in text, label

@@ -1,0 +1,185 @@
+"""Where DDP's weak-scaling efficiency goes on one machine: sharing the cores, DDP's own work
+in each step, and the gradient all-reduce, measured in one run.
+
+    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~4 min
+    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 10
+    launch/env.sh python -m bench.ddp_cost --report runs/bench_ddp_cost-20261124-080000
+
+Contenders, run in turns (--rounds; a drift in a shared machine's speed hits all alike), every
+one the real entry script on synthetic data (compute and communication only):
+
+  nd            one `train/nd.py` process
+  nd xN         N `train/nd.py` processes at once, independent of each other: what sharing the
+                machine (cores, memory bandwidth, caches) costs with no communication at all
+  DDP 1         `torchrun --nproc_per_node=1 train/ddp.py`: DDP's own work in a step (autograd
+                hooks, copies into and out of the gradient buckets, averaging) with no peer
+  DDP N         `torchrun --nproc_per_node=N train/ddp.py`
+
+and, after them, gloo all-reducing one float32 tensor of the model's parameter count between N
+processes of --threads threads each (what DDP sends every step, in one piece): wall and CPU time
+per call. img/s = median of the logged intervals after the first (warm-up), all rounds pooled.
+The runs' logs and bench_ddp_cost.json stay in --out, from which `--report` (and
+bench.regenerate, once archived with `--archive DIR ddp_cost/<label>`) writes the RESULTS.md
+block. A benchmark, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import (REPO, exit_without_recipe, interval_img_s, logged_hardware,
+                          markdown_table, measure_or_report, read_log, shown_command,
+                          turns_options)
+from bench.jobs import launcher, stamped_out
+
+RECORD = "bench_ddp_cost.json"
+CLASSES = 10  # the synthetic data's classes: the model's last layer, so its gradient size
+
+
+def contenders(nproc: int) -> dict:
+    """name -> (entry script, processes per launch, launches at once)"""
+    return {"nd": ("nd", 1, 1), f"nd x{nproc}": ("nd", 1, nproc),
+            "DDP 1": ("ddp", 1, 1), f"DDP {nproc}": ("ddp", nproc, 1)}
+
+
+def run_name(name: str, round_: int, copy: int = 0) -> str:
+    return f"{name.replace(' ', '')}-r{round_}" + (f"-p{copy}" if copy else "")
+
+
+def measure(args) -> Path:
+    out = args.out or stamped_out("bench_ddp_cost")
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
+              "--dummy", "--synthetic-classes", str(CLASSES), "--synthetic-val-size", "64",
+              "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5", "-j", "1",
+              "--logdir", str(out), *args.extra.split()]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    order = []
+    for round_ in range(args.rounds):
+        for name, (entry, processes, at_once) in contenders(args.nproc).items():
+            names = [run_name(name, round_, copy) for copy in range(at_once)]
+            started = [subprocess.Popen(launcher(entry, processes) + common + ["--run-name", n],
+                                        env=env, stdout=subprocess.DEVNULL, cwd=REPO)
+                       for n in names]
+            if any(p.wait() for p in started):
+                raise SystemExit(f"{name}: a run failed (its log: {out / names[0]})")
+            order.append([name, names])
+            rate = sum(statistics.median(interval_img_s(out / n)) for n in names)
+            print(f"round {round_}: {name}: {rate:.1f} img/s", flush=True)
+    record = {"command": shown_command("ddp_cost", args.argv), "rounds": args.rounds,
+              "steps": args.steps, "threads": args.threads, "nproc": args.nproc,
+              "order": order, "allreduce": allreduce_cost(args)}
+    (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+# --- the all-reduce alone ------------------------------------------------------------------------
+def allreduce_cost(args) -> dict:
+    """gloo all-reduce of the model's parameter count in float32 between --nproc processes."""
+    try:
+        import torch.multiprocessing as mp
+        import torchvision
+
+        from recipe.strategies import free_port
+    except ModuleNotFoundError as err:
+        exit_without_recipe(err)
+    model = torchvision.models.get_model(args.arch, num_classes=CLASSES)
+    numel = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_allreduce_process, args=(args.nproc, free_port(), numel, args.threads, tmp),
+                 nprocs=args.nproc, join=True)
+        result = json.loads(Path(tmp, "0.json").read_text())
+    return {"numel": numel, "mb": numel * 4 / 2**20, **result}
+
+
+def _allreduce_process(rank: int, world: int, port: int, numel: int, threads: int,
+                       out: str, repeats: int = 12) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    grads = torch.ones(numel)
+    walls, cpus = [], []
+    for _ in range(repeats + 2):  # the first two: connections and page faults
+        dist.barrier()
+        wall, cpu = time.perf_counter(), time.process_time()
+        dist.all_reduce(grads)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    Path(out, f"{rank}.json").write_text(json.dumps(
+        {"wall_ms": statistics.median(walls[2:]) * 1e3,
+         "cpu_ms": statistics.median(cpus[2:]) * 1e3}))
+    dist.destroy_process_group()
+
+
+# --- the report ----------------------------------------------------------------------------------
+def report(folder: Path, shown: Path = None) -> str:
+    """The RESULTS.md text of one measurement from its folder (the logs and
+    bench_ddp_cost.json); `shown`: that folder as the text names it."""
+    record = json.loads((folder / RECORD).read_text())
+    n = record["nproc"]
+    per_round, pooled = {}, {}
+    for name, names in record["order"]:
+        rates = [interval_img_s(folder / r) for r in names]
+        per_round.setdefault(name, []).append(sum(statistics.median(x) for x in rates))
+        # the processes of one launch pooled interval by interval: their sum
+        pooled.setdefault(name, []).extend(map(sum, zip(*rates)))
+    img_s = {name: statistics.median(rates) for name, rates in pooled.items()}
+    first = read_log(folder / record["order"][0][1][0])["run"][0]
+    cfg = first["config"]
+    nd, nd_n, ddp1, ddp_n = (img_s[k] for k in contenders(n))
+    step_ms = 1e3 * cfg["batch_size"] * n / ddp_n
+    ar = record["allreduce"]
+    rows = [[name, f"{img_s[name]:.1f}", ", ".join(f"{x:.1f}" for x in per_round[name])]
+            for name in contenders(n)]
+    ratios = [
+        (f"sharing the machine, no communication: nd x{n} / ({n} x nd)", nd_n / (n * nd)),
+        ("DDP's own work in a step, no peer: DDP 1 / nd", ddp1 / nd),
+        (f"DDP against as many independent processes (its own work and the all-reduce): "
+         f"DDP {n} / nd x{n}", ddp_n / nd_n),
+        (f"DDP weak-scaling efficiency as the sweep counts it: DDP {n} / ({n} x DDP 1)",
+         ddp_n / (n * ddp1)),
+        (f"against {n} x one process alone: DDP {n} / ({n} x nd)", ddp_n / (n * nd)),
+    ]
+    return "\n".join([
+        f"`launch/env.sh {record['command']}` (logs: `{shown or folder}/`): {cfg['arch']} at "
+        f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, {record['threads']} "
+        f"thread(s) per process, synthetic data, {record['rounds']} rounds of "
+        f"{record['steps']} steps in turns; img/s = median of the logged intervals after the "
+        f"first, all rounds pooled (a launch of several processes: their sum). On "
+        f"{logged_hardware(first)}, commit {first.get('commit', 'unknown')}:",
+        "",
+        markdown_table(["contender", "img/s", "per round"], rows),
+        "",
+        *[f"* {text}: **{value:.2f}**" for text, value in ratios],
+        f"* gloo all-reduce of {ar['numel']:,} float32 ({ar['mb']:.1f} MiB, the model's "
+        f"gradients) between {n} processes: {ar['wall_ms']:.1f} ms wall, {ar['cpu_ms']:.1f} ms "
+        f"CPU per call; a DDP {n} step takes {step_ms:.0f} ms",
+    ]) + "\n"
+
+
+def block(folder: Path) -> str:
+    """bench.regenerate's section: one report per measurement kept under results/ddp_cost/."""
+    found = sorted(record.parent for record in folder.rglob(RECORD))
+    return "\n".join(report(d, d.relative_to(folder.parent.parent)) for d in found)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n", 1)[1])
+    turns_options(parser, "bench_ddp_cost")
+    return measure_or_report(parser, argv, RECORD, measure, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
