@@ -168,8 +168,13 @@ def report(folder: Path, shown: Path = None) -> str:
 
 
 def block(folder: Path) -> str:
-    """bench.regenerate's section: one report per measurement kept under results/ddp_cost/."""
-    found = sorted(record.parent for record in folder.rglob(RECORD))
+    """bench.regenerate's section: one report per measurement kept under results/ddp_cost/,
+    the smallest image size first."""
+    def image_size(measurement: Path) -> int:
+        first_run = json.loads((measurement / RECORD).read_text())["order"][0][1][0]
+        return read_log(measurement / first_run)["run"][0]["config"]["image_size"]
+
+    found = sorted((record.parent for record in folder.rglob(RECORD)), key=image_size)
     return "\n".join(report(d, d.relative_to(folder.parent.parent)) for d in found)
 
 

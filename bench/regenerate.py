@@ -11,6 +11,8 @@ results/ holds only what the tables and figures are computed from: each run's `l
 
   results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
   results/loop/               the `bench_loop` block (bench.loop --json results/loop/bench_loop.json)
+  results/layout/             the `bench_layout` block (bench.layout --json
+                              results/layout/bench_layout.json)
   results/cpu/                the `bench_cpu` block (launch/bench_cpu.sh)
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
@@ -43,6 +45,7 @@ from bench.common import (REPO, logged_device, logged_hardware, markdown_table, 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "bench_loop": "## Engine overhead: one engine step vs a hand-written step",
+            "bench_layout": "## Memory layout on a CPU: NCHW or channels_last (`bench/layout.py`)",
             "bench_cpu": "## CPU: nd vs DDP, fp32 vs bf16",
             "bench_io": "## Input pipelines (`bench/io.py`)",
             "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
@@ -238,6 +241,12 @@ def hvd_block(folder: Path, figures: Path) -> str:
     return hvd.report(folder)
 
 
+def layout_block(folder: Path, figures: Path) -> str:
+    from bench import layout
+
+    return layout.table(json.loads((folder / "bench_layout.json").read_text()))
+
+
 def ddp_cost_block(folder: Path, figures: Path) -> str:
     from bench import ddp_cost
 
@@ -291,6 +300,7 @@ def esync_block(folder: Path, figures: Path) -> str:
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
     "bench_loop": ("loop", loop_block),
+    "bench_layout": ("layout", layout_block),
     "bench_cpu": ("cpu", cpu_block),
     "bench_io": ("io", io_block),
     "bench_hvd": ("hvd", hvd_block),

@@ -206,3 +206,16 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
                          ("DDP 2 / nd x2", ddp2 / nd2), ("DDP 2 / (2 x DDP 1)", ddp2 / (2 * ddp1)),
                          ("DDP 2 / (2 x nd)", ddp2 / (2 * nd))]:
         assert f"{label}: **{value:.2f}**" in text, label
+
+
+def test_bench_layout_times_both_layouts_per_size_and_writes_its_record(tmp_path):
+    record_path = tmp_path / "bench_layout.json"
+    proc = run_tool("layout", "--sizes", "32", "48", "-b", "2", "--steps", "1", "--rounds", "1",
+                    "--json", record_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert [r["size"] for r in record["sizes"]] == [32, 48]
+    for r in record["sizes"]:
+        assert r["NCHW"] > 0 and r["channels_last"] > 0
+        assert f"| {r['size']} px |" in proc.stdout
+        assert f"**{r['NCHW'] / r['channels_last']:.2f}x**" in proc.stdout

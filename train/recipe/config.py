@@ -324,12 +324,12 @@ class TrainConfig:
         return "synthetic" if self.dummy else self.data_backend
 
     def resolve_channels_last(self, device_type: str) -> bool:
-        """--channels-last left unset: decided once the device is known. oneDNN's CPU
-        convolutions run faster in NHWC from ~112 px crops up (ResNet-18/50 fp32 training steps
-        1.2-1.3x faster at 128-224 px on a 2-core Xeon) but slower below (0.90-0.95x at 32-64 px,
-        ~1.0x at 96), so a CPU run takes it when its largest train crop is at least
-        CPU_CHANNELS_LAST_MIN_CROP. On a GPU, tensor cores prefer it with a half type at any
-        size; fp32 on a GPU and float64 keep NCHW."""
+        """--channels-last left unset: decided once the device is known. On a CPU, oneDNN's
+        convolutions train faster in channels_last at ImageNet-like crops and slower at small
+        ones (`python -m bench.layout`; RESULTS.md, "Memory layout on a CPU"), so a CPU run
+        takes it when its largest train crop is at least CPU_CHANNELS_LAST_MIN_CROP. On a GPU,
+        tensor cores prefer it with a half type at any size; fp32 on a GPU and float64 keep
+        NCHW."""
         if self.channels_last is None:
             if self.float64:
                 self.channels_last = False
