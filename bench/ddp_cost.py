@@ -68,7 +68,7 @@ def measure(args) -> Path:
             started = [subprocess.Popen(launcher(entry, processes) + common + ["--run-name", n],
                                         env=env, stdout=subprocess.DEVNULL, cwd=REPO)
                        for n in names]
-            if any(p.wait() for p in started):
+            if any([p.wait() for p in started]):  # every one waited for, failed or not
                 raise SystemExit(f"{name}: a run failed (its log: {out / names[0]})")
             order.append([name, names])
             rate = sum(statistics.median(interval_img_s(out / n)) for n in names)

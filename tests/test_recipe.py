@@ -275,6 +275,23 @@ def test_random_erasing_fills_with_the_mean_colour_which_normalises_to_zero():
     assert normalised[:, box].abs().max() < 0.01
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_uint8_normalizer_values_layout_and_its_input_left_alone(channels_last):
+    from recipe.data import IMAGENET_MEAN, IMAGENET_STD
+
+    torch.manual_seed(0)
+    batch = torch.randint(0, 256, (4, 3, 9, 7), dtype=torch.uint8)
+    before = batch.clone()
+    out = UInt8Normalizer(torch.device("cpu"), channels_last)(batch)
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, (batch / 255.0 - mean) / std, rtol=1e-5, atol=1e-5)
+    assert out.is_contiguous(memory_format=torch.channels_last if channels_last
+                             else torch.contiguous_format)
+    assert torch.equal(batch, before)
+
+
 def test_crop_sizes():
     assert val_sizes(_cfg()) == (256, 224)
     assert val_sizes(_cfg("--train-crop-size", "176", "--val-resize-size", "232",
