@@ -195,8 +195,12 @@ def shown_command(tool: str, argv: Sequence[str]) -> str:
 
 
 # --- tools that time the entry scripts in turns on synthetic data (bench.hvd, bench.ddp_cost) --
-def turns_options(parser: argparse.ArgumentParser, tool: str) -> None:
-    """The options of a tool that runs entry scripts in turns and reports from the kept logs."""
+def turns_parser(doc: str, tool: str) -> argparse.ArgumentParser:
+    """The command line of a tool that runs entry scripts in turns and reports from the kept
+    logs; `doc`: the tool's docstring, its first line the description."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=doc.split("\n", 1)[1])
     parser.add_argument("--out", type=Path, help=f"folder of the runs (default "
                         f"runs/{tool}-<stamp>)")
     parser.add_argument("--report", type=Path, metavar="DIR",
@@ -209,6 +213,7 @@ def turns_options(parser: argparse.ArgumentParser, tool: str) -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--extra", default="", help="more trainer options, e.g. '--opt-level O1'")
+    return parser
 
 
 def measure_or_report(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]],

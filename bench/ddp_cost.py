@@ -1,8 +1,8 @@
 """Where DDP's weak-scaling efficiency goes on one machine: sharing the cores, DDP's own work
 in each step, and the gradient all-reduce, measured in one run.
 
-    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~4 min
-    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 10
+    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~5 min
+    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 20   # ~13 min
     launch/env.sh python -m bench.ddp_cost --report runs/bench_ddp_cost-20261124-080000
 
 Contenders, run in turns (--rounds; a drift in a shared machine's speed hits all alike), every
@@ -24,7 +24,6 @@ block. A benchmark, not a test.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -36,7 +35,7 @@ from pathlib import Path
 
 from bench.common import (REPO, exit_without_recipe, interval_img_s, logged_hardware,
                           markdown_table, measure_or_report, read_log, shown_command,
-                          turns_options)
+                          turns_parser)
 from bench.jobs import launcher, stamped_out
 
 RECORD = "bench_ddp_cost.json"
@@ -179,10 +178,7 @@ def block(folder: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 1)[1])
-    turns_options(parser, "bench_ddp_cost")
+    parser = turns_parser(__doc__, "bench_ddp_cost")
     return measure_or_report(parser, argv, RECORD, measure, report)
 
 

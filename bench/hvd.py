@@ -14,7 +14,6 @@ a test.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision,
                           markdown_table, measure_or_report, read_log, shown_command,
-                          turns_options)
+                          turns_parser)
 from bench.jobs import launcher, stamped_out
 
 RECORD = "bench_hvd.json"
@@ -88,10 +87,7 @@ def report(folder: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 1)[1])
-    turns_options(parser, "bench_hvd")
+    parser = turns_parser(__doc__, "bench_hvd")
     return measure_or_report(parser, argv, RECORD, measure, report)
 
 

@@ -2,7 +2,7 @@
 crop size, in turns. The measurement behind the CPU default of `--channels-last` (unset: on from
 `recipe.config.CPU_CHANNELS_LAST_MIN_CROP` px up).
 
-    launch/env.sh python -m bench.layout                              # resnet18, CPU, ~1 min on 2 cores
+    launch/env.sh python -m bench.layout                  # resnet18, CPU, ~1 min on 2 cores
     launch/env.sh python -m bench.layout --sizes 64 224 -a resnet50 -b 16
     launch/env.sh python -m bench.layout --json results/layout/bench_layout.json
 
