@@ -120,8 +120,8 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGABRT)  # faulthandler: each process prints its stacks
-        time.sleep(5)
+        _dump_stacks_one_by_one(proc.pid)
+        time.sleep(2)
         _kill_group(proc.pid)
         stdout, stderr = proc.communicate()  # all of the output, from the start
         raise AssertionError(f"{' '.join(cmd)} still running after {timeout} s; its output and "
@@ -131,6 +131,21 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
                              f"{stdout[-3000:]}\n{stderr[-5000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _dump_stacks_one_by_one(pgid: int) -> None:
+    """SIGABRT to each process of the group in turn (faulthandler prints its stacks): signalled
+    all at once, processes sharing a stderr pipe interleave their stacks character by
+    character."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its ")"
+            pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])
+            if pgrp == pgid:
+                os.kill(int(stat.parent.name), signal.SIGABRT)
+                time.sleep(0.5)
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
 
 
 def _kill_group(pgid: int) -> None:
