@@ -40,6 +40,7 @@ def test_config_saves_as_json(tmp_path):
     (["--image-size", "64"], "cpu", False),              # ... but not at small crops
     (["--image-size", "112"], "cpu", True),
     (["--image-size", "96", "--progressive-resize", "96", "160", "0", "2"], "cpu", True),
+    (["--progressive-resize", "64", "96", "0", "2"], "cpu", False),  # 224 px unused then
     (["--image-size", "64", "--opt-level", "O1"], "cuda", True),   # a GPU: any size
     ([], "cuda", False),                                 # fp32 on a GPU keeps NCHW
     (["--opt-level", "O1"], "cuda", True),               # tensor cores with a half type

@@ -340,9 +340,10 @@ class TrainConfig:
         return self.channels_last
 
     def largest_train_crop(self) -> int:
-        """The train crop in pixels, the final one under --progressive-resize."""
+        """The train crop in pixels: under --progressive-resize its MAX (the loaders then ignore
+        --image-size)."""
         if self.progressive_resize is not None:
-            return max(self.image_size, self.progressive_resize[1])
+            return self.progressive_resize[1]
         return self.image_size
 
     def to_dict(self) -> dict:
