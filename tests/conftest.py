@@ -133,16 +133,20 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
+def proc_stat(pid: int) -> List[str]:
+    """The fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ... (the name,
+    in parentheses, may hold spaces, so the split starts after its ")"). OSError when gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _dump_stacks_one_by_one(pgid: int) -> None:
     """SIGABRT to each process of the group in turn (faulthandler prints its stacks): signalled
     all at once, processes sharing a stderr pipe interleave their stacks character by
     character."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            # pid (comm) state ppid pgrp ...: comm may hold spaces, so split after its ")"
-            pgrp = int(stat.read_text().rsplit(")", 1)[1].split()[2])
-            if pgrp == pgid:
-                os.kill(int(stat.parent.name), signal.SIGABRT)
+            if int(proc_stat(int(entry.name))[2]) == pgid:
+                os.kill(int(entry.name), signal.SIGABRT)
                 time.sleep(0.5)
         except (OSError, ValueError, IndexError):  # gone meanwhile
             continue

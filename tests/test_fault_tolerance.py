@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes, read_jsonl, records,
-                      run_script, start_script)
+from conftest import (REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes, proc_stat, read_jsonl,
+                      records, run_script, start_script)
 from recipe.strategies import free_port
 
 
@@ -162,7 +162,7 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
 
 def _gone(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        return proc_stat(pid)[0] in ("Z", "X")  # zombie or dead
     except OSError:
         return True
 
