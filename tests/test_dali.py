@@ -218,3 +218,17 @@ def test_dali_training_pass_is_what_the_engines_steps_take(tiny_imagefolder, bui
     assert len(train) == batches - 1
     assert _pass_labels(train, batches=batches - 1) == train.files_for_pass()[1][:8 * (batches - 1)]
     assert builds["train"] == 1
+
+
+def test_dali_pipelines_build_without_dalis_external_source_checkpoint_warning(
+        tiny_imagefolder, loaders):
+    """DALI warns, when it builds a checkpointing pipeline, that it cannot checkpoint an
+    external source; the sampler restores that position, so users must not see the warning in
+    every run."""
+    import warnings
+
+    train, val, _ = loaders(_cfg(tiny_imagefolder), _rank(0, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _pass_labels(train) and _pass_labels(val)  # both pipelines built and run
+    assert not [w for w in caught if "Checkpointing enabled" in str(w.message)], caught

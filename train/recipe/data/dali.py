@@ -70,6 +70,14 @@ def import_dali():
     return fn, types, pipeline_def, DALIGenericIterator, LastBatchPolicy
 
 
+def random_crop_decode(fn, types, encoded, device: str):
+    """RandomResizedCrop's window (torchvision's scale and aspect-ratio ranges), decoding only
+    that window of each JPEG; the resize to the crop size comes after."""
+    return fn.decoders.image_random_crop(encoded, device=device, output_type=types.RGB,
+                                         random_area=[0.08, 1.0],
+                                         random_aspect_ratio=[3 / 4, 4 / 3], num_attempts=10)
+
+
 def dali_placement(backend: str, device: torch.device) -> Tuple[str, str, Optional[int]]:
     """-> (decoder device, augmentation device, DALI device_id) for the backend and device."""
     if device.type == "cuda":
@@ -192,11 +200,7 @@ class DaliLoader:
             encoded, targets = fn.external_source(source=self._next_batch, num_outputs=2,
                                                   batch=True, dtype=[types.UINT8, types.INT32])
             if self.train:
-                # Decode only the random crop (RandomResizedCrop's scale and ratio ranges).
-                images = fn.decoders.image_random_crop(
-                    encoded, device=self.decoder, output_type=types.RGB,
-                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3],
-                    num_attempts=10)
+                images = random_crop_decode(fn, types, encoded, self.decoder)
                 images = self._to_augment_device(images)
                 images = fn.resize(images, resize_x=size, resize_y=size)
                 flip_or_crop = {"mirror": fn.random.coin_flip(probability=0.5)}
@@ -219,16 +223,10 @@ class DaliLoader:
         # changes it, the uninterrupted run also started a fresh pipeline.
         checkpoint = (bytes(saved["dali"].numpy().tobytes())
                       if saved is not None and saved["crop"] == (self._crop() or 0) else None)
-        with warnings.catch_warnings():
-            # DALI warns that it cannot checkpoint the external source's position: the sampler
-            # (set_epoch's start_sample) restores that.
-            warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline "
-                                    "with external source")
-            # Conditionals: the auto-augment policies choose an operation per sample with `if`s.
-            return self.pipeline_def(graph, enable_conditionals=True,
-                                     batch_size=self.batch_size, num_threads=self.threads,
-                                     device_id=self.device_id, seed=seed,
-                                     enable_checkpointing=True, checkpoint=checkpoint)()
+        # Conditionals: the auto-augment policies choose an operation per sample with `if`s.
+        return self.pipeline_def(graph, enable_conditionals=True, batch_size=self.batch_size,
+                                 num_threads=self.threads, device_id=self.device_id, seed=seed,
+                                 enable_checkpointing=True, checkpoint=checkpoint)()
 
     def state_dict(self) -> Optional[dict]:
         """The pipeline's random state after the last batch handed out (DALI's checkpoint, as
@@ -271,9 +269,14 @@ class DaliLoader:
         self._built_crop = self._crop()
         # prepare_first_batch=False: nothing is read before the pass is asked for, so the
         # pipeline never prefetches from a list before the epoch's own is in place.
-        self._batches = self.Iterator([self.pipeline()], ["images", "targets"],
-                                      last_batch_policy=self.LastBatchPolicy.PARTIAL,
-                                      prepare_first_batch=False)
+        with warnings.catch_warnings():
+            # Building the pipeline (the iterator does), DALI warns that it cannot checkpoint
+            # the external source's position: the sampler (set_epoch's start_sample) restores it.
+            warnings.filterwarnings("ignore", message="Checkpointing enabled in a pipeline "
+                                    "with external source")
+            self._batches = self.Iterator([self.pipeline()], ["images", "targets"],
+                                          last_batch_policy=self.LastBatchPolicy.PARTIAL,
+                                          prepare_first_batch=False)
         return self._batches
 
     def __iter__(self):
