@@ -1,8 +1,8 @@
 """Where DDP's weak-scaling efficiency goes on one machine: sharing the cores, DDP's own work
 in each step, and the gradient all-reduce, measured in one run.
 
-    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~5 min
-    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 20   # ~13 min
+    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~6 min
+    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 20   # ~20 min
     launch/env.sh python -m bench.ddp_cost --report runs/bench_ddp_cost-20261124-080000
 
 Contenders, run in turns (--rounds; a drift in a shared machine's speed hits all alike), every
@@ -14,6 +14,12 @@ one the real entry script on synthetic data (compute and communication only):
   DDP 1         `torchrun --nproc_per_node=1 train/ddp.py`: DDP's own work in a step (autograd
                 hooks, copies into and out of the gradient buckets, averaging) with no peer
   DDP N         `torchrun --nproc_per_node=N train/ddp.py`
+
+  bare xN       N processes of a hand-written loop (forward, loss, backward, SGD step) at
+                once, on one fixed batch: the same model, layout and threads, no engine
+  bare DDP N    that loop in N processes under torch's DistributedDataParallel (its defaults):
+                what DDP costs torch itself, against which the engine's DDP N / nd xN compares
+                (fp32 only: left out when --extra is given)
 
 and, after them, gloo all-reducing one float32 tensor of the model's parameter count between N
 processes of --threads threads each (what DDP sends every step, in one piece): wall and CPU time
@@ -60,7 +66,7 @@ def measure(args) -> Path:
               "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5", "-j", "1",
               "--logdir", str(out), *args.extra.split()]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    order = []
+    order, bare = [], {}
     for round_ in range(args.rounds):
         for name, (entry, processes, at_once) in contenders(args.nproc).items():
             names = [run_name(name, round_, copy) for copy in range(at_once)]
@@ -72,11 +78,76 @@ def measure(args) -> Path:
             order.append([name, names])
             rate = sum(statistics.median(interval_img_s(out / n)) for n in names)
             print(f"round {round_}: {name}: {rate:.1f} img/s", flush=True)
+        for name, ddp in bare_contenders(args.nproc, args.extra).items():
+            rates = bare_loop_img_s(args, ddp)
+            bare.setdefault(name, []).append(rates)
+            print(f"round {round_}: {name}: {statistics.median(rates):.1f} img/s", flush=True)
     record = {"command": shown_command("ddp_cost", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "nproc": args.nproc,
-              "order": order, "allreduce": allreduce_cost(args)}
+              "order": order, "bare": bare, "allreduce": allreduce_cost(args)}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return out
+
+
+# --- the hand-written loop ----------------------------------------------------------------------
+BARE_WARMUP = 2  # untimed steps: allocations, DDP's first bucket rebuild
+
+
+def bare_contenders(nproc: int, extra: str) -> dict:
+    """name -> under DDP or not; none when --extra changes the trainers' settings (the bare
+    loop is fp32 with the entry scripts' defaults only)."""
+    return {} if extra.strip() else {f"bare x{nproc}": False, f"bare DDP {nproc}": True}
+
+
+def bare_loop_img_s(args, ddp: bool) -> list:
+    """--nproc processes of the bare loop at once, under DDP or independent: per timed step,
+    the images per second of all of them together."""
+    try:
+        import torch.multiprocessing as mp
+
+        from recipe.config import parse_args
+        from recipe.strategies import free_port
+    except ModuleNotFoundError as err:
+        exit_without_recipe(err)
+    # the layout the entry scripts choose on a CPU at this size
+    cfg = parse_args(["-a", args.arch, "--image-size", str(args.image_size), "--dummy"])
+    cfg.resolve_channels_last("cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_bare_process, nprocs=args.nproc, join=True,
+                 args=(args.nproc, free_port() if ddp else None, args, cfg.channels_last, tmp))
+        step_s = [json.loads(Path(tmp, f"{rank}.json").read_text())
+                  for rank in range(args.nproc)]
+    return [sum(args.batch_size / t for t in step) for step in zip(*step_s)]
+
+
+def _bare_process(rank: int, world: int, port, args, channels_last: bool, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    import torchvision
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model = torchvision.models.get_model(args.arch, num_classes=CLASSES).to(memory_format=layout)
+    if port is not None:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size).contiguous(
+        memory_format=layout)
+    targets = torch.randint(0, CLASSES, (args.batch_size,))
+    seconds = []
+    for _ in range(BARE_WARMUP + args.steps):
+        start = time.perf_counter()
+        F.cross_entropy(model(images), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - start)
+    Path(out, f"{rank}.json").write_text(json.dumps(seconds[BARE_WARMUP:]))
+    if port is not None:
+        dist.destroy_process_group()
 
 
 # --- the all-reduce alone ------------------------------------------------------------------------
@@ -138,8 +209,11 @@ def report(folder: Path, shown: Path = None) -> str:
     nd, nd_n, ddp1, ddp_n = (img_s[k] for k in contenders(n))
     step_ms = 1e3 * cfg["batch_size"] * n / ddp_n
     ar = record["allreduce"]
+    for name, rounds in record.get("bare", {}).items():  # per step, all processes summed
+        per_round[name] = [statistics.median(steps) for steps in rounds]
+        img_s[name] = statistics.median([rate for steps in rounds for rate in steps])
     rows = [[name, f"{img_s[name]:.1f}", ", ".join(f"{x:.1f}" for x in per_round[name])]
-            for name in contenders(n)]
+            for name in per_round]
     ratios = [
         (f"sharing the machine, no communication: nd x{n} / ({n} x nd)", nd_n / (n * nd)),
         ("DDP's own work in a step, no peer: DDP 1 / nd", ddp1 / nd),
@@ -149,12 +223,17 @@ def report(folder: Path, shown: Path = None) -> str:
          ddp_n / (n * ddp1)),
         (f"against {n} x one process alone: DDP {n} / ({n} x nd)", ddp_n / (n * nd)),
     ]
+    if f"bare DDP {n}" in img_s:
+        ratios.append((f"torch's DDP in the hand-written loop, against as many independent "
+                       f"copies of it: bare DDP {n} / bare x{n}",
+                       img_s[f"bare DDP {n}"] / img_s[f"bare x{n}"]))
     return "\n".join([
         f"`launch/env.sh {record['command']}` (logs: `{shown or folder}/`): {cfg['arch']} at "
         f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, {record['threads']} "
         f"thread(s) per process, synthetic data, {record['rounds']} rounds of "
         f"{record['steps']} steps in turns; img/s = median of the logged intervals after the "
-        f"first, all rounds pooled (a launch of several processes: their sum). On "
+        f"first, all rounds pooled (a launch of several processes: their sum; the bare loop: "
+        f"its steps after {BARE_WARMUP}). On "
         f"{logged_hardware(first)}, commit {first.get('commit', 'unknown')}:",
         "",
         markdown_table(["contender", "img/s", "per round"], rows),

@@ -27,7 +27,8 @@ def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
             if line.startswith("| ") and "img/s" not in line]
     assert rows[:4] == ["decode PIL", "decode torchvision", "classic ImageFolder",
                         "pytorch backend"]
-    assert any(row.startswith("DALI") for row in rows)
+    assert rows[4:] == ["DALI CPU-only", "DALI CPU stage: random-crop decode",
+                        "DALI CPU stage: + resize to 32"]
     assert figure.stat().st_size > 10_000
     # the record alone gives RESULTS.md the same table and the same figure
     saved = json.loads(record.read_text())
@@ -174,7 +175,8 @@ def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
 
 def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     """bench.ddp_cost: nd, two nd at once, DDP 1 and DDP 2 in turns, every ratio computed from
-    the runs' own logs; the all-reduce sized as the model's gradients."""
+    the runs' own logs; the bare loop alone and under DDP; the all-reduce sized as the model's
+    gradients."""
     import statistics
 
     import torchvision
@@ -206,6 +208,12 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
                          ("DDP 2 / nd x2", ddp2 / nd2), ("DDP 2 / (2 x DDP 1)", ddp2 / (2 * ddp1)),
                          ("DDP 2 / (2 x nd)", ddp2 / (2 * nd))]:
         assert f"{label}: **{value:.2f}**" in text, label
+    # the hand-written loop: every timed step of each launch, its processes summed
+    bare = record["bare"]
+    assert list(bare) == ["bare x2", "bare DDP 2"]
+    assert all(len(rounds) == 1 and len(rounds[0]) == 11 for rounds in bare.values())
+    bare2, bare_ddp2 = (statistics.median(bare[k][0]) for k in bare)
+    assert f"bare DDP 2 / bare x2: **{bare_ddp2 / bare2:.2f}**" in text
 
 
 def test_bench_layout_times_both_layouts_per_size_and_writes_its_record(tmp_path):
