@@ -51,7 +51,7 @@ from bench.common import (REPO, cpu_cores, exit_without_recipe, git_commit, mach
 from bench.jobs import dataset_command, make_dataset
 
 try:
-    from recipe.config import parse_args
+    from recipe.config import UsageError, parse_args
     from recipe.data import IMAGENET_MEAN, IMAGENET_STD, build_loaders
     from recipe.strategies import Strategy
 except ModuleNotFoundError as err:
@@ -88,10 +88,10 @@ def dali_cpu_stages(paths, resize_to: Optional[int], batch: int, workers: int):
     """-> one pass of the first operators of the DALI training pipeline, every one on the CPU:
     the random-crop decode, and with `resize_to` the resize after it. No flip, normalisation,
     hand-over to torch or file reading in Python: what DALI's own work costs, stage by stage."""
+    from recipe.data.dali import import_dali, random_crop_decode
     try:
-        from recipe.data.dali import import_dali, random_crop_decode
         fn, types, pipeline_def, _, _ = import_dali()
-    except Exception as err:  # UsageError: DALI is not installed
+    except UsageError as err:  # DALI is not installed: the message says what to install
         raise SystemExit(f"bench.io: the DALI stage rows need DALI: {err}") from None
 
     def graph():
