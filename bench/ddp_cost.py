@@ -23,7 +23,8 @@ one the real entry script on synthetic data (compute and communication only):
 
 and, after them, gloo all-reducing one float32 tensor of the model's parameter count between N
 processes of --threads threads each (what DDP sends every step, in one piece): wall and CPU time
-per call. img/s = median of the logged intervals after the first (warm-up), all rounds pooled.
+per call. img/s = median of the logged intervals after the first (warm-up), all rounds pooled;
+for the bare loop, of its steps after the first two, each step's rate summed over the processes.
 The runs' logs and bench_ddp_cost.json stay in --out, from which `--report` (and
 bench.regenerate, once archived with `--archive DIR ddp_cost/<label>`) writes the RESULTS.md
 block. A benchmark, not a test.
