@@ -355,3 +355,39 @@ def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
     assert [r["count"] for r in records(tmp_path / "skip", "train")] == [22, 22, 22]
     val = records(tmp_path / "skip", "val")[0]
     assert val["skipped"] == 1 and val["count"] == 20
+
+
+# The survivor below waits in C (as a rank does inside an NCCL collective or a CUDA
+# synchronisation), where neither gloo's closed sockets nor a Python signal handler can reach it.
+_BLOCKED_RANK = """
+import os, sys, threading
+from recipe.strategies import DDPStrategy
+strategy = DDPStrategy(device="cpu", dist_timeout=600)
+strategy.setup_environment()
+print("ready", flush=True)
+if strategy.rank == 1:
+    os._exit(3)  # dies without a word: killed, out of memory
+threading.Event().wait()  # rank 0: blocked until its process is ended
+"""
+
+
+def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": str(TRAIN), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": port, "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, "-c", _BLOCKED_RANK], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)})
+             for rank in (0, 1)]
+    try:
+        assert ranks[1].wait(timeout=120) == 3
+        died = time.monotonic()
+        output = ranks[0].communicate(timeout=90)[0]
+        took = time.monotonic() - died
+    finally:
+        for proc in ranks:
+            proc.kill()
+    assert ranks[0].returncode == 1, output
+    assert "error: rank 0 of 2: rank 1 stopped answering (no heartbeat for 15 s)" in output
+    assert "--resume auto" in output
+    assert took < 40, took

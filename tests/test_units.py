@@ -2,6 +2,7 @@
 Precision has its own file, tests/test_precision.py."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,7 @@ def test_the_launcher_reads_the_command_line_without_importing_torch():
     (["--dummy", "--grad-accum", "0"], "--grad-accum"),
     (["--dummy", "--start-epoch", "90"], "--start-epoch"),
     (["--dummy", "--master-weights"], "apex-only"),
+    (["--dummy", "--compile", "--sync-bn"], "pytorch#107372"),
 ])
 def test_config_rejects(argv, message):
     with pytest.raises(UsageError, match=message):
@@ -269,3 +271,74 @@ def test_share_gpus_wraps_local_ranks_onto_the_visible_gpus(monkeypatch):
     assert parse_args(["--share-gpus", "x"], entry="ddp").share_gpus
     with pytest.raises(UsageError):
         parse_args(["--share-gpus", "x"], entry="nd")
+
+
+def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch):
+    """--deterministic: errors for nondeterministic ops (not warnings), deterministic cuDNN and
+    the cuBLAS workspace setting that CUDA's deterministic matmuls need; a user's own cuBLAS
+    setting is kept."""
+    import os
+
+    from recipe.engine import Trainer
+    from recipe.strategies import Strategy
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    saved = (torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    try:
+        for given, kept in ((None, ":4096:8"), (":16:8", ":16:8")):
+            if given:
+                monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", given)
+            cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
+                              "--device", "cpu", "--deterministic", "--logdir", str(tmp_path),
+                              "--synthetic-train-size", "8", "--synthetic-val-size", "4"])
+            trainer = Trainer(cfg, Strategy.from_config(cfg), "nd")
+            trainer.setup()
+            trainer.close()
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == kept
+            assert torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+            assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2:]
+
+
+def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_finished_one():
+    """Three ranks over one in-memory store: rank 2 stops beating, rank 1 (its watcher) names
+    it, and ranks 0 and 1 both end with that name; a rank that finishes is not reported."""
+    import threading
+
+    from torch.distributed import HashStore
+
+    from recipe.peers import PeerWatch
+
+    store, reports, ended = HashStore(), {}, threading.Event()
+
+    def recorder(rank):
+        def on_gone(message):
+            reports[rank] = message
+            if len(reports) == 2:
+                ended.set()
+        return on_gone
+
+    watches = [PeerWatch(store, rank, 3, interval=0.05, timeout=0.5, on_gone=recorder(rank))
+               for rank in range(3)]
+    for watch in watches:
+        watch.start()
+    watches[2]._stop.set()  # rank 2 dies: its thread stops without saying it finished
+    assert ended.wait(timeout=10), reports
+    assert sorted(reports) == [0, 1]
+    assert "rank 1 of 3: rank 2 stopped answering (no heartbeat for 0.5 s)" in reports[1]
+    assert "rank 0 of 3: rank 2 stopped answering (another rank noticed)" in reports[0]
+
+    store, reports = HashStore(), {}
+    watches = [PeerWatch(store, rank, 2, interval=0.05, timeout=0.3, on_gone=recorder(rank))
+               for rank in range(2)]
+    for watch in watches:
+        watch.start()
+    watches[1].finish()  # rank 1 is done; rank 0 trains on for longer than the timeout
+    time.sleep(1.0)
+    watches[0].finish()
+    assert reports == {}

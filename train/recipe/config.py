@@ -498,6 +498,10 @@ def validate(cfg: TrainConfig) -> None:
                                             or cfg.powersgd_start_step < 2):
         raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "
                          "(error feedback needs one uncompressed step)")
+    if cfg.compile and cfg.sync_bn:
+        raise UsageError("--compile with --sync-bn is refused: torch.compile fails on DDP with "
+                         "SyncBatchNorm (pytorch#107372, open) and the cross-rank BatchNorm "
+                         "that Horovod and gloo use is not tested compiled. Drop one of them")
     if cfg.worker_slowdown is not None:
         parse_slowdown(cfg.worker_slowdown)
     if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:

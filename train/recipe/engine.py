@@ -5,6 +5,7 @@ It knows nothing about how the work is distributed or at which precision it runs
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -27,6 +28,16 @@ from .runlog import RunLog
 from .schedule import build_scheduler, scaled_lr, set_position
 from .targets import build_criterion, build_mixer
 from .validation import evaluate
+
+
+def make_deterministic() -> None:
+    """--deterministic: the same run gives the same weights, on CUDA too. An op without a
+    deterministic kernel raises, naming itself, rather than warning once and varying silently;
+    cuBLAS needs a fixed workspace configuration for reproducible matmuls (read when its first
+    handle is made, so before the model's first step), unless the user set one."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
 
 
 class Preempted(Exception):
@@ -52,7 +63,7 @@ class Trainer:
         self.seed = cfg.seed
         torch.manual_seed(self.seed)  # same initial weights on every rank
         if cfg.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            make_deterministic()
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
         self.train_loader, self.val_loader, self.num_classes = build_loaders(

@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from .config import TrainConfig, UsageError
 from .data import Shard
+from .peers import PeerWatch
 from .precision import Precision
 from .syncbn import convert_to_cross_rank_bn
 
@@ -326,6 +327,11 @@ class DDPStrategy(Strategy):
             backend=self.backend, rank=self.rank, world_size=self.world_size, timeout=timeout,
             store=_store_for_this_attempt(self.rank, self.world_size, timeout),
             device_id=device if self.backend == "nccl" else None)
+        # DDP: a peer that dies is noticed within seconds even where NCCL would wait for its
+        # watchdog (recipe/peers.py).
+        self._peer_watch = PeerWatch.from_environment(self.rank, self.world_size)
+        if self._peer_watch:
+            self._peer_watch.start()
         return device
 
     def _convert_module(self, model: nn.Module) -> nn.Module:
@@ -426,6 +432,8 @@ class DDPStrategy(Strategy):
         # (The trainer has dropped its reference to the wrapper before calling this.)
         self._ddp = self.model = None
         gc.collect()
+        if getattr(self, "_peer_watch", None):
+            self._peer_watch.finish()
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -1,0 +1,231 @@
+"""What the GPU tier's checks share: the device they run on, the entry scripts run as users run
+them, and where their output goes.
+
+    GPU_TIER_DEVICE  cuda (default) or cpu: cpu runs every check on the CPU (gloo, bfloat16 and
+                     emulated float16), a simulation of the tier that CI runs
+    GPU_TIER_OUT     a folder for the record: checks.jsonl (one line per finished check, written
+                     when it finishes), output.log (every run's output) and runs.jsonl (every
+                     run's log records). Without it nothing is kept.
+
+Each run starts in a process group of its own (so a signal reaches torchrun's workers and the
+loader workers) but in the tier's session, and every group still alive is killed when the tier
+ends, is interrupted or is stopped by a time limit: nothing it started outlives it.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "train"
+
+DEVICE = os.environ.get("GPU_TIER_DEVICE", "cuda")
+SIMULATED = DEVICE == "cpu"
+OUT = Path(os.environ["GPU_TIER_OUT"]) if os.environ.get("GPU_TIER_OUT") else None
+
+# Small runs: on a GPU, 64 px is enough to exercise every kernel family of ResNet; on a CPU
+# the simulation shrinks the images and the steps to stay within a few minutes per group.
+IMAGE = "32" if SIMULATED else "64"
+BATCH = "8" if SIMULATED else "16"
+STEPS = "3" if SIMULATED else "6"
+SMALL = ["-a", "resnet18", "--image-size", IMAGE, "-b", BATCH, "-j", "2", "-p", "1",
+         "--epochs", "1", "--steps-per-epoch", STEPS, "--device", DEVICE]
+# Two ranks on the tier's one device: on a GPU, --share-gpus (gloo carries the CUDA tensors,
+# since NCCL refuses two ranks on one GPU); on the CPU it changes nothing.
+SHARED = ["--share-gpus"]
+# What each rank's environment holds beyond the caller's: one compute thread per rank on the
+# CPU (the simulation runs on small machines), deterministic cuBLAS for the exactness checks.
+RUN_ENV = {"OMP_NUM_THREADS": "1" if SIMULATED else os.environ.get("OMP_NUM_THREADS", "4"),
+           "PYTHONWARNINGS": "ignore", "PYTHONFAULTHANDLER": "1"}
+
+_live_groups: Dict[int, str] = {}  # process group id -> run name, for the runs not yet ended
+
+
+# --- the record ----------------------------------------------------------------------------------
+def append(name: str, record: dict) -> None:
+    """One JSON line onto OUT/name, flushed at once (a run stopped at its time limit keeps every
+    line written before)."""
+    if OUT is None:
+        return
+    OUT.mkdir(parents=True, exist_ok=True)
+    with open(OUT / name, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def keep_output(run: str, cmd: Sequence[str], text: str, limit: int = 200) -> None:
+    """A run's output onto OUT/output.log, its last `limit` lines (the useful end: a traceback or
+    the final records)."""
+    if OUT is None:
+        return
+    lines = text.splitlines()
+    cut = f"[... {len(lines) - limit} lines ...]\n" if len(lines) > limit else ""
+    with open(OUT / "output.log", "a") as f:
+        f.write(f"===== {run}: {' '.join(map(str, cmd))}\n{cut}"
+                + "\n".join(lines[-limit:]) + "\n")
+
+
+def keep_run_log(run: str, run_dir: Path) -> None:
+    """A run's log records onto OUT/runs.jsonl, each with the run's name (no checkpoints)."""
+    log = run_dir / "log.jsonl"
+    if OUT is None or not log.is_file():
+        return
+    with open(OUT / "runs.jsonl", "a") as f:
+        for line in log.read_text().splitlines():
+            try:
+                f.write(json.dumps({"run": run, **json.loads(line)}) + "\n")
+            except json.JSONDecodeError:  # a run killed mid-write leaves a partial last line
+                continue
+
+
+# --- the processes -------------------------------------------------------------------------------
+def kill_live_groups() -> None:
+    for pgid in list(_live_groups):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _live_groups.pop(pgid, None)
+
+
+atexit.register(kill_live_groups)
+
+
+def command(script: str, args: Sequence, nproc: int = 0) -> List[str]:
+    # torchrun passes SIGUSR1 (the preemption warning) on to the ranks, as
+    # launch/torchrun_single.sh has it do
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 f"--nproc_per_node={nproc}",
+                 "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
+                if nproc else [sys.executable])
+    return launcher + [str(TRAIN / script)] + [str(a) for a in args]
+
+
+class Run:
+    """An entry script started in the background: `python train/X.py` or torchrun."""
+
+    def __init__(self, runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
+                 env: Optional[dict] = None):
+        self.name, self.dir = name, runs / name
+        self.cmd = command(script, [*args, "--logdir", runs, "--run-name", name], nproc)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, cwd=REPO, process_group=0,
+                                     env={**os.environ, **RUN_ENV, **(env or {})})
+        _live_groups[self.proc.pid] = name
+        self.output: List[str] = []
+
+    def lines(self):
+        """The run's output, line by line, as it comes (kept for output.log)."""
+        for line in self.proc.stdout:
+            self.output.append(line)
+            yield line
+
+    def finish(self, timeout: float, expect: Optional[int] = 0) -> str:
+        """Wait for the end (`expect`: its exit status, None for any) -> its whole output."""
+        try:
+            rest, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._end()
+            raise AssertionError(f"{self.name}: still running after {timeout:.0f} s") from None
+        finally:
+            self._end()
+        text = "".join(self.output) + (rest or "")
+        self.output = []
+        keep_output(self.name, self.cmd, text)
+        keep_run_log(self.name, self.dir)
+        if expect is not None and self.proc.returncode != expect:
+            last = [line for line in text.splitlines() if line.strip()][-3:] or ["(no output)"]
+            raise AssertionError(f"{self.name}: exit {self.proc.returncode} (expected {expect}): "
+                                 + " | ".join(line[:300] for line in last))
+        return text
+
+    def _end(self) -> None:
+        """Kill whatever of the run is left (loader workers a finished run orphaned too)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        _live_groups.pop(self.proc.pid, None)
+
+
+def train(runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
+          timeout: float = 300, env: Optional[dict] = None, expect: Optional[int] = 0) -> dict:
+    """Run an entry script to its end -> its log records by kind."""
+    Run(runs, name, script, args, nproc, env).finish(timeout, expect)
+    return read_log(runs / name)
+
+
+def read_log(run_dir: Path) -> Dict[str, List[dict]]:
+    from bench.common import read_log as read
+
+    return read(run_dir)
+
+
+# --- what the checks assert ----------------------------------------------------------------------
+def finite_losses(log: dict) -> List[float]:
+    losses = [r["loss"] for r in log.get("train", [])]
+    assert losses, "no training step was logged"
+    assert all(math.isfinite(x) for x in losses), f"non-finite loss: {losses}"
+    return losses
+
+
+def on_device(log: dict) -> str:
+    device = log["run"][0].get("device", "")
+    assert device.startswith(DEVICE), f"ran on {device!r}, not {DEVICE}"
+    return device
+
+
+def expected_backend() -> str:
+    return "gloo" if SIMULATED else "nccl"
+
+
+def wait_for_step(run: Run, step: int, epoch: int = 0) -> None:
+    """Read the run's output until its progress line for `step` of `epoch` has passed."""
+    marker = f"Epoch [{epoch}]["
+    for line in run.lines():
+        if marker in line and line.split(marker)[1].split("/")[0].strip() == str(step):
+            return
+    raise AssertionError(f"{run.name}: ended before step {step}")
+
+
+def children(pid: int) -> List[int]:
+    """The direct children of a process (from /proc)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(p) for p in path.read_text().split()]
+    except OSError:
+        return []
+
+
+def rank_of(pid: int) -> Optional[int]:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+def elapsed(since: float) -> float:
+    return time.perf_counter() - since
+
+
+def need(module: str, why: str) -> None:
+    """Skip the check, saying what to install, when an optional package is missing."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec(module.split(".")[0]) is None or \
+            importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed: {why}")

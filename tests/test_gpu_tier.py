@@ -1,0 +1,97 @@
+"""The GPU tier (tests/gpu/, launch/gpu_check.sh) on a machine without a GPU, CI's: it skips
+every check and says why; it refuses to start without CUDA unless asked to simulate; and the
+simulation (every check on the CPU, over gloo) runs each group end to end and writes the record,
+a line per finished check. A group stopped by its time limit records the check it was in and
+leaves no process behind."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, proc_stat
+
+GROUPS = ["entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "nccl"]
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
+
+
+def gpu_check(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GPU_TIER_")}
+    return subprocess.run(["bash", "launch/gpu_check.sh", *map(str, args)], capture_output=True,
+                          text=True, cwd=REPO, timeout=timeout,
+                          env={**base, **NO_GPU, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def checks(out: Path) -> list:
+    return [json.loads(line) for line in (out / "checks.jsonl").read_text().splitlines()]
+
+
+def test_without_a_gpu_pytest_skips_every_check_and_says_why():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_TIER_")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "tests/gpu"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**env, **NO_GPU})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = proc.stdout.strip().splitlines()[-1]
+    assert "skipped" in summary and "passed" not in summary and "failed" not in summary, summary
+    assert "no CUDA GPU is visible" in proc.stdout and "gpu_check.sh --cpu" in proc.stdout
+
+
+def test_without_a_gpu_gpu_check_exits_2_and_says_why(tmp_path):
+    proc = gpu_check("--out", tmp_path / "record", "entries")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no CUDA GPU is visible" in proc.stderr
+    assert not (tmp_path / "record").exists()  # nothing ran, nothing written
+
+
+def test_probe_lists_groups_and_bad_arguments():
+    probe = gpu_check("--probe", "--cpu")
+    assert probe.returncode == 0, probe.stderr
+    assert "torch" in probe.stdout and "nvidia.dali" in probe.stdout and "horovod" in probe.stdout
+    assert gpu_check("--list").stdout.split() == GROUPS
+    bad = gpu_check("--cpu", "entries", "warp-drive")
+    assert bad.returncode == 2 and "unknown group warp-drive" in bad.stderr
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_cpu_simulation_runs_the_group_and_records_each_check(group, tmp_path):
+    out = tmp_path / "record"
+    proc = gpu_check("--cpu", "--out", out, group, env={"GPU_CHECK_GROUP_LIMIT": "900"})
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    lines = checks(out)
+    environment, results = lines[0], lines[1:]
+    assert environment["kind"] == "environment" and environment["device"] == "cpu"
+    assert results and {r["group"] for r in results} == {group}
+    assert all(r["status"] in ("passed", "skipped") for r in results), results
+    passed = [r for r in results if r["status"] == "passed"]
+    assert passed, f"every check of {group} was skipped: {results}"
+    assert all(r["detail"] and r["seconds"] > 0 for r in passed), passed
+    # the small logs come back, the checkpoints do not
+    assert (out / "output.log").stat().st_size > 0 and (out / "runs.jsonl").stat().st_size > 0
+    assert sorted(p.name for p in out.iterdir()) == ["checks.jsonl", "output.log", "runs.jsonl"]
+
+
+def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_path):
+    out = tmp_path / "record"
+    started = time.monotonic()
+    proc = gpu_check("--cpu", "--out", out, "ranks", env={"GPU_CHECK_GROUP_LIMIT": "40"},
+                     timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert time.monotonic() - started < 120
+    stopped = [r for r in checks(out)[1:] if r["status"] == "stopped"]
+    assert len(stopped) == 1 and "SIGTERM" in stopped[0]["detail"], checks(out)
+    time.sleep(2)
+    left = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            # every process the tier starts inherits its environment
+            if f"GPU_TIER_OUT={out}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                left.append((entry.name, proc_stat(int(entry.name))[0]))
+        except OSError:
+            continue
+    assert not left, f"processes of the stopped group still running: {left}"
