@@ -68,6 +68,22 @@ def test_the_launcher_reads_the_command_line_without_importing_torch():
     assert out == ["True", "False", "False"]
 
 
+def test_loader_workers_start_with_the_engine_and_torchvision_imported_when_run_directly():
+    """`python train/x.py` as the README shows it, with no PYTHONPATH: the loader workers' fork
+    server still imports the engine's data modules, torch and torchvision once, so a worker
+    forked from it does not import them anew at every start."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, str(repo / "tests/loader_server_probe.py")], env=env,
+                         capture_output=True, text=True, check=True, cwd=repo, timeout=300)
+    assert out.stdout.split("\n")[:3] == ["recipe.data.pytorch yes", "torch yes",
+                                          "torchvision yes"], out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--dummy", "--loss-scale", "abc"], "--loss-scale"),
     (["--dummy", "--warmup-epochs", "200"], "--warmup-epochs"),

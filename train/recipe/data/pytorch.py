@@ -9,7 +9,6 @@ from __future__ import annotations
 import atexit
 import functools
 import multiprocessing
-import multiprocessing.forkserver
 import os
 import signal
 import threading
@@ -19,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
-from ..launch import loader_worker_context
+from ..launch import ensure_loader_server, loader_worker_context
 from ..machine import cpu_cores
 from .augment import IMAGENET_MEAN, IMAGENET_STD, progressive_crop
 from .folders import collate_uint8, image_folders
@@ -169,7 +168,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     if start_method is not None:
         # Already running when an entry script started it (recipe.launch); otherwise started
         # now, it imports the data modules while this process builds the model.
-        multiprocessing.forkserver.ensure_running()
+        ensure_loader_server()
     train_set, val_set = image_folders(cfg)
     seed = cfg.seed
     guard = WorkerGuard(start_method)
