@@ -7,10 +7,11 @@
     launch/env.sh python -m bench.gpu --device cpu -a resnet18 --image-size 32 -b 4 --steps 2 \\
         --warmup 1 --repeats 2 --amp-dtype bfloat16 --only O1-bf16,ddp-1rank   # the tool, on a CPU
 
-Each group is sized to run well within 10 minutes on one H100 (a GPU machine's limit per
-command); the three together measure every row. A unit is one measurement and gives one or two
-rows; --only names units, and a unit whose targets compare with another unit's rows brings that
-unit along.
+Each group is meant to fit one 10-minute call on one H100 (a GPU machine's limit per command):
+by estimate about 2, 4 and 3 minutes, not yet timed on a GPU; the three together measure every
+row. A unit is one measurement and gives one or two rows; --only names units (--group and --only
+together: both sets), and a unit whose targets compare with another unit's rows brings that
+unit along, so every target of a record is judged within it.
 
   loop     (bench.loop, in this process) the engine's train step against a hand-written PyTorch
            loop with the same model, precision and optimizer, on the same batches already on the
@@ -36,6 +37,10 @@ target is marked in the output and the record; --strict makes it exit 1.
 The record (--json) is rewritten after every unit, so a run killed at a time limit keeps the
 rows it finished. bench.regenerate renders RESULTS.md's `gpu` block from the records kept in
 results/gpu/*.json (a row measured in several records: the latest).
+
+The processes it starts (torchrun, the trainers and their loader workers) run in process groups
+of their own, ended when their run ends or times out (--row-timeout) and when the tool exits or
+gets SIGTERM, SIGINT or SIGHUP; the trainers also die with their parent (bench/gpu_entry.py).
 
 Exit status: 0; 1 when a unit failed, or with --strict when a target was missed; 2 on bad
 arguments, or with --device cuda where no CUDA GPU is visible.
@@ -146,8 +151,9 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("-j", "--workers", type=int, default=None,
                    help="loader workers (DALI: threads) of the loader rows (default: the "
                         "engine's own choice for one process)")
-    p.add_argument("--group", help=f"comma-separated groups: {', '.join(GROUPS)}")
-    p.add_argument("--only", help="comma-separated units (see --list)")
+    p.add_argument("--group", help=f"comma-separated groups: {', '.join(GROUPS)} (default, "
+                   "without --only: all)")
+    p.add_argument("--only", help="comma-separated units (see --list); with --group, both")
     p.add_argument("--list", action="store_true", help="print the units and exit")
     p.add_argument("--target", action="append", default=[], metavar="NAME=VALUE",
                    help=f"replace a target ({', '.join(f'{k}={v:g}' for k, v in TARGETS.items())})")
@@ -767,22 +773,23 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
                      f"(`results/gpu/{name}`).{ended}")
     table = []
     for i, row in shown:
+        name = f"{row['name']} [{i}]"  # [i]: the record it comes from, listed above
         if row["status"] != "ok":
-            table.append([row["name"], row["config"], row["status"], "", "", "",
-                          row["note"].replace("|", "/"), f"[{i}]"])
+            table.append([name, row["config"], f"{row['status']}: {row['note']}".replace(
+                "|", "/"), "", "", "", ""])
             continue
         ratio = (f"{row['ratio']:.3f}x {row['reference']}" if row["ratio"] is not None
                  else "")
         marks = {True: "met", False: "**MISSED**", None: "not assessed"}
         targets = "; ".join(f"{t['text']}: {marks[t['met']]}" for t in row["targets"])
-        table.append([row["name"], row["config"], f"{row['img_s']:,.1f}", ratio,
-                      _memory(row["peak_bytes"]), f"{min(row['repeats']):,.0f}-"
-                      f"{max(row['repeats']):,.0f}" if row["repeats"] else "", targets or "-",
-                      f"[{i}]"])
+        spread = (f"{min(row['repeats']):,.0f}-{max(row['repeats']):,.0f}" if row["repeats"]
+                  else "")
+        table.append([name, row["config"], targets or "-", f"{row['img_s']:,.1f}", ratio,
+                      _memory(row["peak_bytes"]), spread])
     misses = sum(t["met"] is False for _, r in shown for t in r["targets"])
     met = sum(t["met"] is True for _, r in shown for t in r["targets"])
-    lines += ["", markdown_table(["row", "configuration", "img/s", "ratio", "peak memory",
-                                  "spread, img/s", "target", "record"], table, right_from=2),
+    lines += ["", markdown_table(["row [record]", "configuration", "target", "img/s", "ratio",
+                                  "peak memory", "spread, img/s"], table, right_from=3),
               "", f"Targets: {met} met, {misses} missed. img/s: pairs (engine / bare), the "
               "median of alternating rounds on the same batches already on the device; "
               "`nd-synthetic` and `ddp-1rank`, the median of the entry script's logged "

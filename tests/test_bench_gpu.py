@@ -84,7 +84,7 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
     text = gpu.block(record_path.parent)
     assert "No GPU record" not in text and "no GPU (a CPU check of the tool)" in text
     for name in rows:
-        assert f"| {name} |" in text
+        assert f"| {name} [1] |" in text
 
 
 def test_strict_exits_1_when_a_target_is_missed(tmp_path):
@@ -216,8 +216,9 @@ def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
     assert "[2] `launch/env.sh python -m bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
     assert "[1]" not in text  # every row of the older record was measured again
     assert "It was stopped before its end." in text
-    engine = next(line for line in text.splitlines() if line.startswith("| engine-O1-fp16 |"))
-    assert "| 3,050.0 | 0.984x bare-O1-fp16 | 12.0 GiB |" in engine
-    assert "img/s >= 3,000: met; engine/bare >= 0.97: met" in engine
-    assert "| dali-gpu | config of dali-gpu | skipped |" in text
+    engine = next(line for line in text.splitlines()
+                  if line.startswith("| engine-O1-fp16 [2] |"))
+    assert ("| img/s >= 3,000: met; engine/bare >= 0.97: met | 3,050.0 | 0.984x bare-O1-fp16 "
+            "| 12.0 GiB | 3,020-3,050 |") in engine
+    assert "| dali-gpu [2] | config of dali-gpu | skipped: nvidia.dali is not installed |" in text
     assert "Targets: 2 met, 0 missed." in text
