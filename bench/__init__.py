@@ -9,6 +9,8 @@
   io            input-pipeline throughput, every loader on the same files and cores
   loop          the engine's optimizer step (Trainer.train_step) vs a hand-written one,
                 same batches
+  gpu           GPU throughput: ResNet-50 O1/O2 fp16/bf16, engine vs bare, torch.compile,
+                DDP on one NCCL rank, the pytorch and DALI GPU loaders, peak memory, targets
   scaling       the scaling model: predicted vs published and measured scaling
   results       the RESULTS.md blocks of a sweep and of the PS benchmark
   summarize     a Markdown table of runs

@@ -3,6 +3,7 @@
     launch/env.sh python -m bench.loop               # resnet18, 64 px, b32: ~3 min on 2 idle cores
     launch/env.sh python -m bench.loop --threads 1   # steadier when other jobs share the CPU
     launch/env.sh python -m bench.loop -a resnet50 --image-size 224 -b 256 --opt-level O1  # GPU
+    ... --compile                     # both sides torch.compile'd (the engine through --compile)
 
 Both sides train the same model from identical weights on the same pre-built batches already on
 the device, so the input pipeline is excluded from both and only the steps differ:
@@ -19,6 +20,11 @@ the device, so the input pipeline is excluded from both and only the steps diffe
 Rounds alternate bare, engine, bare, engine, ... after a warm-up of both, so slow drifts (other
 jobs, clocks) hit both sides alike; the result is the median over rounds. This is a benchmark,
 not a test: it always exits 0 and only reports whether the ratio meets --target.
+
+On CUDA each round also records each side's peak memory as if it ran alone: the most
+`torch.cuda.max_memory_allocated` rose during the side's steps, plus what the side keeps between
+steps (weights, buffers, fp32 masters, optimizer state) and one input batch. Both sides live in
+one process, so the process-wide peak would count the other side's weights too.
 """
 from __future__ import annotations
 
@@ -75,6 +81,9 @@ def parse_cli(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's own choice)")
     p.add_argument("--channels-last", action="store_true", help="channels_last model and batches")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile both sides: the engine through its --compile flag, the "
+                        "bare loop's copy of the model with torch.compile(model)")
     p.add_argument("--target", type=float, default=0.97,
                    help="ratio engine/bare the engine should reach (default: %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
@@ -120,6 +129,8 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
             "--synthetic-val-size", str(args.batch_size)]
     # explicit either way: unset, the engine picks channels_last on a CPU, the bare loop would not
     argv.append("--channels-last" if args.channels_last else "--no-channels-last")
+    if getattr(args, "compile", False):
+        argv.append("--compile")
     cfg = parse_args(argv)
     trainer = Trainer(cfg, Strategy.from_config(cfg), "bench")
     trainer.setup()
@@ -147,6 +158,10 @@ class BareLoop:
         scaled = self.half is torch.float16 and self.opt_level in ("O1", "O2")
         self.scaler = torch.amp.GradScaler(trainer.device.type, enabled=scaled)
         self.device_type = trainer.device.type
+        # What a user compiles: the module, after the masters above took its parameters (the
+        # compiled wrapper shares them). `self.model` stays the plain module, as the engine's
+        # strategy.module does, so weights compare module to module.
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
 
     def train(self, batches) -> None:
         self.model.train()
@@ -155,7 +170,7 @@ class BareLoop:
             step(x, y)
 
     def _plain_step(self, x, y) -> None:
-        out = self.model(x)
+        out = self.forward(x)
         loss = F.cross_entropy(out, y)
         loss.backward()
         self.optimizer.step()
@@ -165,7 +180,7 @@ class BareLoop:
         autocast = (torch.autocast(self.device_type, dtype=self.half) if self.opt_level == "O1"
                     else contextlib.nullcontext())
         with autocast:
-            out = self.model(x.to(self.half) if self.opt_level in ("O2", "O3") else x)
+            out = self.forward(x.to(self.half) if self.opt_level in ("O2", "O3") else x)
         loss = F.cross_entropy(out.float(), y)
         self.scaler.scale(loss).backward()
         for p, m in self.master_pairs:
@@ -189,6 +204,36 @@ def timed(fn, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
+
+
+def resident_bytes(module: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes a training loop keeps between steps: the module's parameters and buffers, the
+    optimizer's parameters (fp32 masters under O2) and its state (momentum), each storage
+    counted once."""
+    tensors = [*module.parameters(), *module.buffers()]
+    for group in optimizer.param_groups:
+        tensors += group["params"]
+    for state in optimizer.state.values():
+        tensors += [v for v in state.values() if torch.is_tensor(v)]
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def timed_side(fn, device: torch.device, keeps: int) -> tuple:
+    """(seconds, peak bytes) of one side's round. The peak, on CUDA only (None elsewhere), is
+    what the side would need alone: how far allocated memory rose above where it stood when the
+    round began (activations, gradients, workspaces), plus `keeps`: the bytes the side holds
+    between steps and one input batch."""
+    if device.type != "cuda":
+        return timed(fn, device), None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    seconds = timed(fn, device)
+    return seconds, torch.cuda.max_memory_allocated(device) - before + keeps
 
 
 def run_engine_steps(trainer: Trainer, batches: list, steps: int) -> None:
@@ -222,7 +267,8 @@ def print_header(args: argparse.Namespace, command: str, device: torch.device) -
           f"torch {hw['torch']} ({hw['torch_threads']} threads)")
     print(f"command:  {command}")
     print(f"workload: {args.arch} {args.image_size}px, batch {args.batch_size}, "
-          f"{args.opt_level} {args.amp_dtype}, {args.steps} steps/side/round, warm-up {args.warmup}")
+          f"{args.opt_level} {args.amp_dtype}{', compiled' if args.compile else ''}, "
+          f"{args.steps} steps/side/round, warm-up {args.warmup}")
     print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}", flush=True)
     return hw
 
@@ -240,13 +286,21 @@ def measure(args: argparse.Namespace, trainer: Trainer, bare: BareLoop, batches:
         bare.train(batches[:args.warmup])
         run_engine_steps(trainer, batches[:args.warmup], args.warmup)
     images = args.steps * args.batch_size
+    # Measured after the warm-up, when the optimizers have made their state.
+    batch_bytes = sum(t.untyped_storage().nbytes() for t in batches[0])
+    engine_keeps = resident_bytes(trainer.strategy.module, trainer.optimizer) + batch_bytes
+    bare_keeps = resident_bytes(bare.model, bare.optimizer) + batch_bytes
     rounds = []
     for i in range(1, args.repeats + 1):
-        bare_s = timed(lambda: bare.train(batches[:args.steps]), device)
-        engine_s = timed(lambda: run_engine_steps(trainer, batches[:args.steps], args.steps),
-                         device)
+        bare_s, bare_peak = timed_side(lambda: bare.train(batches[:args.steps]), device,
+                                       bare_keeps)
+        engine_s, engine_peak = timed_side(
+            lambda: run_engine_steps(trainer, batches[:args.steps], args.steps), device,
+            engine_keeps)
         rounds.append({"engine_img_s": images / engine_s, "bare_img_s": images / bare_s,
                        "ratio": bare_s / engine_s})
+        if device.type == "cuda":
+            rounds[-1].update(engine_peak_bytes=engine_peak, bare_peak_bytes=bare_peak)
         print_row(i, rounds[-1])
     return rounds
 

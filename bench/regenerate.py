@@ -25,8 +25,10 @@ results/ holds only what the tables and figures are computed from: each run's `l
   results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
   results/esync/              the `esync` block and figures/esync_study.png (bench.esync)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
-  results/gpu/                the `gpu_check` block (launch/gpu_check.sh --record), once a
-                              machine with a GPU has run it
+  results/gpu/                the `gpu` block: GPU throughput (bench.gpu --json
+                              results/gpu/NAME.json, one record per call; a row measured in
+                              several records shows the latest). Without a record the block
+                              says that none exists.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "ps_servers": "## Parameter server: one server process or two (`--num-servers`)",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
             "recipes": "## Recipes at an equal small budget (CPU)",
-            "gpu_check": "## GPU acceptance (`launch/gpu_check.sh`)"}
+            "gpu": "## GPU throughput (`bench/gpu.py`)"}
 
 
 def quickstart_block(folder: Path, figures: Path) -> str:
@@ -285,9 +287,9 @@ def ps_servers_block(folder: Path, figures: Path) -> str:
 
 
 def gpu_block(folder: Path, figures: Path) -> str:
-    from bench import gpu_check
+    from bench import gpu
 
-    return gpu_check.block(folder)
+    return gpu.block(folder)
 
 
 def esync_block(folder: Path, figures: Path) -> str:
@@ -312,13 +314,16 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "ps_servers": ("ps-servers", ps_servers_block),
     "esync": ("esync", esync_block),
     "recipes": ("recipes", recipes_block),
-    "gpu_check": ("gpu", gpu_block),
+    "gpu": ("gpu", gpu_block),
 }
 
 
 FOLDERS = list(dict.fromkeys(folder for folder, _ in SECTIONS.values()))
 # Measured only on a machine with a CUDA GPU: absent until one has run the tool.
 GPU_FOLDERS = ["gpu"]
+# Written even when their folder is absent: the block then says that nothing was measured, so
+# the page never reads as if the GPU paths had been run.
+ALWAYS = {"gpu"}
 
 
 def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
@@ -326,7 +331,7 @@ def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
     written = []
     for name, (folder_name, block) in SECTIONS.items():
         folder = results_dir / folder_name
-        if folder.is_dir() and any(folder.iterdir()):
+        if (folder.is_dir() and any(folder.iterdir())) or name in ALWAYS:
             write_block(results_md, name, block(folder, figures), HEADINGS[name])
             written.append(name)
     return written

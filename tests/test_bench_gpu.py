@@ -1,0 +1,224 @@
+"""bench.gpu, the GPU throughput benchmark, on a CPU: the real tool with a tiny configuration
+(the numbers mean nothing here; the record's structure and arithmetic do), its exit statuses,
+its clean-up of the processes it starts, and the RESULTS.md block it renders."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import proc_stat, run_tool
+
+from bench import gpu
+
+TINY = ["--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4", "--steps", "2",
+        "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
+
+
+def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp_path):
+    record_path = tmp_path / "gpu" / "cpu.json"
+    # engine_bare=0: a loaded 2-core machine may time the engine below the bare loop, and
+    # --strict must then still pass: every target here is met by construction.
+    proc = run_tool("gpu", *TINY, "--only", "O1-bf16,ddp-1rank,pytorch-loader",
+                    "--strict", "--target", "engine_bare=0", "--json", record_path,
+                    "--out", tmp_path / "out", "--data", tmp_path / "jpegs",
+                    "--commit", "abc1234", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert record["tool"] == "bench.gpu" and record["complete"] is True
+    assert record["command"].startswith("python -m bench.gpu --device cpu")
+    # where the record went, and the commit named for a copied tree, say nothing of the run
+    assert "--json" not in record["command"] and "--commit" not in record["command"]
+    assert record["commit"] == "abc1234" and record["date"]
+    env = record["environment"]
+    assert env["device"] == "cpu" and env["gpu"] is None and env["cpu_cores"] >= 1
+    assert env["torch"] == torch.__version__
+    # ddp-1rank and pytorch-loader bring their reference, nd-synthetic
+    assert record["units"] == ["O1-bf16", "nd-synthetic", "ddp-1rank", "pytorch-loader"]
+    rows = {r["name"]: r for r in record["rows"]}
+    assert list(rows) == ["bare-O1-bf16", "engine-O1-bf16", "nd-synthetic", "ddp-1rank",
+                          "pytorch-loader"]
+    for row in rows.values():
+        assert row["status"] == "ok", row
+        assert row["img_s"] > 0 and all(x > 0 for x in row["repeats"])
+        assert row["peak_bytes"] is None  # CUDA only
+        ref = row["reference"]
+        if ref is None:
+            assert row["ratio"] is None
+        else:
+            assert row["ratio"] == pytest.approx(row["img_s"] / rows[ref]["img_s"])
+    for name in ("bare-O1-bf16", "engine-O1-bf16", "nd-synthetic", "ddp-1rank"):
+        assert len(rows[name]["repeats"]) == 2
+        assert rows[name]["img_s"] == pytest.approx(statistics.median(rows[name]["repeats"]))
+    engine = rows["engine-O1-bf16"]
+    assert engine["reference"] == "bare-O1-bf16"
+    assert engine["detail"]["max_weight_diff"] == 0  # the same math on both sides
+    assert engine["targets"] == [{"name": "engine_bare", "text": "engine/bare >= 0", "min": 0.0,
+                                  "value": engine["ratio"], "met": True}]
+    assert rows["ddp-1rank"]["detail"]["backend"] == "gloo"
+    assert rows["ddp-1rank"]["reference"] == "nd-synthetic"
+    loader = rows["pytorch-loader"]["detail"]
+    window = 10 * loader["workers"] * loader["prefetch_factor"]
+    assert loader["workers"] == 1 and loader["window_batches"] >= window
+    assert len(rows["pytorch-loader"]["repeats"]) == 10  # intervals of workers x prefetch
+    # img/s over the window: its images over its seconds, not a mean of interval rates
+    logged = [json.loads(line) for line in
+              (tmp_path / "out/runs/pytorch-loader/log.jsonl").read_text().splitlines()]
+    warm_up, *train = [r for r in logged if r["kind"] == "train"]
+    assert train[-1]["epoch_step"] - warm_up["epoch_step"] == window
+    seconds = sum(r["count"] / r["img_s"] for r in train)
+    assert rows["pytorch-loader"]["img_s"] == pytest.approx(sum(r["count"] for r in train)
+                                                            / seconds)
+    ddp_run = [json.loads(line) for line in
+               (tmp_path / "out/runs/ddp-1rank/log.jsonl").read_text().splitlines()][0]
+    assert ddp_run["world_size"] == 1 and ddp_run["entry"] == "ddp"
+
+    # the RESULTS.md block from this record
+    text = gpu.block(record_path.parent)
+    assert "No GPU record" not in text and "no GPU (a CPU check of the tool)" in text
+    for name in rows:
+        assert f"| {name} [1] |" in text
+
+
+def test_strict_exits_1_when_a_target_is_missed(tmp_path):
+    record_path = tmp_path / "r.json"
+    proc = run_tool("gpu", "--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4",
+                    "--steps", "1", "--warmup", "0", "--repeats", "1", "--amp-dtype",
+                    "bfloat16", "--only", "O1-bf16", "--strict",
+                    "--target", "engine_bare=1e9", "--json", record_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "TARGET MISSED  engine-O1-bf16: engine/bare >= 1e+09" in proc.stdout
+    engine = json.loads(record_path.read_text())["rows"][1]
+    assert engine["targets"][0]["met"] is False
+    assert "**MISSED**" in gpu.block(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible")
+def test_device_cuda_without_a_gpu_exits_2_with_one_line():
+    proc = run_tool("gpu", "--only", "O1-fp16")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no CUDA GPU" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "warp-drive"], "--only: unknown warp-drive"),
+    (["--group", "everything"], "--group: unknown everything"),
+    (["--target", "speed=3"], "unknown target 'speed'"),
+])
+def test_bad_arguments_exit_2_naming_them(args, message):
+    proc = run_tool("gpu", *args)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
+def test_a_unit_brings_the_units_its_targets_compare_with():
+    assert gpu.select(None, "O2-fp16") == ["O1-fp16", "O2-fp16"]
+    assert gpu.select(None, "dali-gpu") == ["nd-synthetic", "dali-gpu"]
+    assert gpu.select("loop", None) == ["O1-fp16", "O2-fp16", "O1-bf16", "O2-bf16"]
+    assert gpu.select(None, None) == list(gpu.UNITS)
+
+
+def test_a_child_and_everything_it_started_are_ended(tmp_path):
+    """A run past its time is stopped with its whole process group (what torchrun or a
+    trainer's loader workers would be), and so are runs still going when the tool ends."""
+    pids = tmp_path / "pids"
+    children = gpu.Children()
+    script = f"sleep 60 & echo $! > {pids}; sleep 60"
+    started = time.monotonic()
+    with pytest.raises(gpu.Failure, match="still running after 1 s"):
+        children.run(["bash", "-c", script], timeout=1)
+    assert time.monotonic() - started < 30 and not children.live
+    assert _gone(int(pids.read_text()))
+
+
+def test_the_tool_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
+    """SIGTERM while a run is going: the tool ends its run's group, keeps what it recorded,
+    and exits 143."""
+    marker = tmp_path / "started"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["train", "."])}
+    code = ("import sys, time; from bench import gpu\n"
+            "gpu.signal.signal(gpu.signal.SIGTERM, gpu._stop_on_signal)\n"
+            f"gpu.CHILDREN.run(['bash', '-c', 'echo $$ > {marker}; sleep 60 & wait'], 120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=gpu.REPO, env=env)
+    deadline = time.monotonic() + 60
+    while not (marker.is_file() and marker.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leader = int(marker.read_text())
+    members = [pid for pid in _pids() if _group(pid) == leader]  # the bash and its sleep
+    assert len(members) == 2
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert all(_gone(pid) for pid in members)
+
+
+def _pids() -> list:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _group(pid: int):
+    try:
+        return int(proc_stat(pid)[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _gone(pid: int, wait_s: float = 10.0) -> bool:
+    """Ended: no such process, or a zombie its new parent has not reaped yet."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            if proc_stat(pid)[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _record(date: str, rows: list, complete: bool = True) -> dict:
+    return {"tool": "bench.gpu", "command": "python -m bench.gpu --group loop",
+            "commit": "abc1234", "date": date, "seconds": 150.0, "complete": complete,
+            "environment": {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3",
+                            "driver": "570.1", "torch": "2.15.0", "cuda": "13.2",
+                            "cudnn": 92600, "nccl": "2.27.1", "nvidia-dali": "2.4.0",
+                            "cpu": "AMD EPYC", "cpu_cores": 16},
+            "rows": rows}
+
+
+def _row(name: str, img_s: float, reference=None, **kw) -> dict:
+    row = gpu.new_row(name, name, f"config of {name}", img_s, [img_s * 0.99, img_s, img_s],
+                      reference, peak_bytes=12 * 2**30)
+    row.update(kw)
+    return row
+
+
+def test_the_results_block_says_plainly_when_no_gpu_record_exists(tmp_path):
+    assert gpu.block(tmp_path / "missing").startswith("**No GPU record exists yet.**")
+    (tmp_path / "gpu_check.json").write_text(json.dumps({"results": []}))  # not bench.gpu's
+    assert gpu.block(tmp_path).startswith("**No GPU record exists yet.**")
+
+
+def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
+    old = [_row("bare-O1-fp16", 3000.0), _row("engine-O1-fp16", 2800.0, "bare-O1-fp16")]
+    new = [_row("bare-O1-fp16", 3100.0), _row("engine-O1-fp16", 3050.0, "bare-O1-fp16"),
+           dict(_row("dali-gpu", 0.0), status="skipped", note="nvidia.dali is not installed")]
+    gpu.assess(old, gpu.TARGETS)
+    gpu.assess(new, gpu.TARGETS)
+    (tmp_path / "a.json").write_text(json.dumps(_record("2026-11-25 07:00 UTC", old)))
+    (tmp_path / "b.json").write_text(json.dumps(_record("2026-11-25 08:00 UTC", new, False)))
+    text = gpu.block(tmp_path)
+    assert "[2] `launch/env.sh python -m bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
+    assert "[1]" not in text  # every row of the older record was measured again
+    assert "It was stopped before its end." in text
+    engine = next(line for line in text.splitlines()
+                  if line.startswith("| engine-O1-fp16 [2] |"))
+    assert ("| img/s >= 3,000: met; engine/bare >= 0.97: met | 3,050.0 | 0.984x bare-O1-fp16 "
+            "| 12.0 GiB | 3,020-3,050 |") in engine
+    assert "| dali-gpu [2] | config of dali-gpu | skipped: nvidia.dali is not installed |" in text
+    assert "Targets: 2 met, 0 missed." in text
