@@ -29,6 +29,9 @@ results/ holds only what the tables and figures are computed from: each run's `l
                               results/gpu/NAME.json, one record per call; a row measured in
                               several records shows the latest). Without a record the block
                               says that none exists.
+  results/gpu-tier/           the `gpu_tier` block: the GPU tier's checks.jsonl (bash
+                              launch/gpu_check.sh --out DIR; --archive DIR gpu-tier). Without
+                              it the block says the tier has not run on a GPU.
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "ps_servers": "## Parameter server: one server process or two (`--num-servers`)",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
             "recipes": "## Recipes at an equal small budget (CPU)",
+            "gpu_tier": "## GPU tier (`launch/gpu_check.sh`)",
             "gpu": "## GPU throughput (`bench/gpu.py`)"}
 
 
@@ -292,6 +296,12 @@ def gpu_block(folder: Path, figures: Path) -> str:
     return gpu.block(folder)
 
 
+def gpu_tier_block(folder: Path, figures: Path) -> str:
+    from bench import gpu_tier
+
+    return gpu_tier.block(folder)
+
+
 def esync_block(folder: Path, figures: Path) -> str:
     from bench import esync
 
@@ -314,16 +324,17 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "ps_servers": ("ps-servers", ps_servers_block),
     "esync": ("esync", esync_block),
     "recipes": ("recipes", recipes_block),
+    "gpu_tier": ("gpu-tier", gpu_tier_block),
     "gpu": ("gpu", gpu_block),
 }
 
 
 FOLDERS = list(dict.fromkeys(folder for folder, _ in SECTIONS.values()))
 # Measured only on a machine with a CUDA GPU: absent until one has run the tool.
-GPU_FOLDERS = ["gpu"]
+GPU_FOLDERS = ["gpu", "gpu-tier"]
 # Written even when their folder is absent: the block then says that nothing was measured, so
 # the page never reads as if the GPU paths had been run.
-ALWAYS = {"gpu"}
+ALWAYS = {"gpu", "gpu_tier"}
 
 
 def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
@@ -365,7 +376,8 @@ def archive(source: Path, section: str, results_dir: Path = RESULTS) -> Path:
         dest = target / log.relative_to(source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(log, dest)
-    for record in source.glob("*.json"):
+    # the tools' records: bench.*'s JSON, the GPU tier's checks.jsonl
+    for record in [*source.glob("*.json"), *source.glob("checks.jsonl")]:
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(record, target / record.name)
     return target

@@ -14,8 +14,8 @@
 #
 # DIR receives checks.jsonl (a line describing the machine, then one line per finished check,
 # written as each finishes), output.log (the runs' output) and runs.jsonl (their log records); no
-# checkpoints. `python -m bench.regenerate --gpu-tier DIR` turns checks.jsonl into RESULTS.md's
-# GPU-tier block. Exit status: 0 when no check failed, 1 when one did, 2 on bad arguments or
+# checkpoints. `launch/env.sh python -m bench.regenerate --archive DIR gpu-tier`, back on the
+# development machine, keeps checks.jsonl in results/gpu-tier/ and writes RESULTS.md's block. Exit status: 0 when no check failed, 1 when one did, 2 on bad arguments or
 # when no CUDA GPU is visible.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -95,3 +95,34 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
         except OSError:
             continue
     assert not left, f"processes of the stopped group still running: {left}"
+
+
+def test_a_record_brought_back_becomes_the_results_block(tmp_path):
+    from bench import gpu_tier, regenerate
+
+    record = tmp_path / "gpu-record"
+    record.mkdir()
+    lines = [{"kind": "environment", "device": "cuda", "python": "3.12.3", "torch": "2.11.0",
+              "cuda": "13.0", "cpu_cores": 16, "missing": {"nvidia.dali": "DALI",
+                                                            "horovod": "Horovod"},
+              "gpu": "NVIDIA H100 80GB HBM3", "gpus": 1, "driver": "580.65"},
+             {"kind": "check", "check": "test_entry[nd]", "group": "entries", "status": "passed",
+              "seconds": 9.4, "detail": "6 steps, loss 2.1 -> 1.9", "numbers": {}},
+             {"kind": "check", "check": "test_entry[hvd]", "group": "entries",
+              "status": "skipped", "seconds": 0.0, "detail": "horovod is not installed",
+              "numbers": {}},
+             {"kind": "check", "check": "test_o2_resume", "group": "resume", "status": "stopped",
+              "seconds": 410.0, "detail": "stopped by SIGTERM before it finished", "numbers": {}}]
+    (record / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (record / "output.log").write_text("not kept\n")
+    assert gpu_tier.block(tmp_path / "nothing").startswith("The GPU tier has not run on a GPU")
+
+    kept = regenerate.archive(record, "gpu-tier", tmp_path / "results")
+    assert sorted(p.name for p in kept.iterdir()) == ["checks.jsonl"]
+    text = gpu_tier.block(kept)
+    assert "1 passed, 0 failed, 1 skipped, 1 stopped" in text
+    assert ("* on NVIDIA H100 80GB HBM3 x1 (driver 580.65), 16 CPU cores, Python 3.12.3, torch "
+            "2.11.0 (CUDA 13.0), missing: horovod, nvidia.dali") in text
+    assert "| entries | test_entry[nd] | passed | 6 steps, loss 2.1 -> 1.9 | 9 |" in text
+    assert "| resume | test_o2_resume | stopped | stopped by SIGTERM before it finished | 410 |" \
+        in text

@@ -7,9 +7,10 @@ them, and where their output goes.
                      when it finishes), output.log (every run's output) and runs.jsonl (every
                      run's log records). Without it nothing is kept.
 
-Each run starts in a process group of its own (so a signal reaches torchrun's workers and the
-loader workers) but in the tier's session, and every group still alive is killed when the tier
-ends, is interrupted or is stopped by a time limit: nothing it started outlives it.
+Each run starts in a process group of its own but in the tier's session, and whatever is left of
+a run (torchrun's ranks, which it starts in sessions of their own, and their loader workers
+included) is killed when the run ends, and when the tier ends, is interrupted or is stopped by
+a time limit: nothing it started outlives it.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ SHARED = ["--share-gpus"]
 RUN_ENV = {"OMP_NUM_THREADS": "1" if SIMULATED else os.environ.get("OMP_NUM_THREADS", "4"),
            "PYTHONWARNINGS": "ignore", "PYTHONFAULTHANDLER": "1"}
 
-_live_groups: Dict[int, str] = {}  # process group id -> run name, for the runs not yet ended
+_live_groups: Dict[int, str] = {}  # pid (= its group's id) -> run name, of runs not yet ended
 
 
 # --- the record ----------------------------------------------------------------------------------
@@ -86,13 +87,37 @@ def keep_run_log(run: str, run_dir: Path) -> None:
 
 
 # --- the processes -------------------------------------------------------------------------------
-def kill_live_groups() -> None:
-    for pgid in list(_live_groups):
+def kill_tree(pid: int) -> None:
+    """SIGKILL a run's process and everything below it. A group kill is not enough: torchrun
+    starts each rank in a session of its own, and its loader workers (and their fork server) in
+    that rank's group, so each group met on the way down is killed."""
+    found, stack = [pid], [pid]
+    while stack:  # first the whole tree: a killed parent's children move to init
+        below = children(stack.pop())
+        found += below
+        stack += below
+    groups = set()
+    for p in found:
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            groups.add(os.getpgid(p))
         except ProcessLookupError:
             pass
-        _live_groups.pop(pgid, None)
+    for target in groups:
+        try:
+            os.killpg(target, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in found:  # in a group of someone else's (never ours: none of them shares it)
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_live_groups() -> None:
+    for pid in list(_live_groups):
+        kill_tree(pid)
+        _live_groups.pop(pid, None)
 
 
 atexit.register(kill_live_groups)
@@ -148,10 +173,7 @@ class Run:
 
     def _end(self) -> None:
         """Kill whatever of the run is left (loader workers a finished run orphaned too)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_tree(self.proc.pid)
         self.proc.wait()
         _live_groups.pop(self.proc.pid, None)
 
