@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from .comm_hooks import LossScaledPowerSGD, powersgd_hook
 from .config import TrainConfig, UsageError
 from .data import Shard
 from .peers import PeerWatch
@@ -299,6 +300,7 @@ class DDPStrategy(Strategy):
         self.sync_bn, self.comm_hook, self.share_gpus = sync_bn, comm_hook, share_gpus
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.seed, self.timeout = seed, dist_timeout
+        self.powersgd: Optional[LossScaledPowerSGD] = None  # --ddp-comm-hook powersgd's state
 
     @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
@@ -350,7 +352,9 @@ class DDPStrategy(Strategy):
         one_bucket = self.comm_hook == "powersgd" and self.backend == "gloo"
         # DDP: PowerSGD chains a second all-reduce onto each bucket's first one, in a callback.
         # gloo completes buckets in any order, so ranks would issue those second all-reduces in
-        # different orders and mismatch (pytorch#58467): on gloo PowerSGD gets one bucket.
+        # different orders and mismatch (pytorch#58467): on gloo PowerSGD gets one bucket per
+        # dtype (O2 has two: half weights, fp32 norm layers), and the hook finishes each
+        # bucket before DDP hands it the next (LossScaledPowerSGD's `synchronous`).
         ddp = nn.parallel.DistributedDataParallel(
             model, device_ids=ids, bucket_cap_mb=1e5 if one_bucket else None)
         self._register_comm_hook(ddp)
@@ -370,10 +374,14 @@ class DDPStrategy(Strategy):
             # Rank-r factors instead of full gradient matrices; the compression error is fed
             # back into the next step. Its error-feedback state is not checkpointed: after a
             # resume it starts again from zero (one step of slightly different compression).
+            # The hook sees loss-scaled gradients: the wrapper keeps PowerSGD's memories in
+            # the current scale's units and free of an overflow's inf/NaN (comm_hooks.py).
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.powersgd_rank,
                 start_powerSGD_iter=self.powersgd_start_step, random_seed=self.seed)
-            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            self.powersgd = LossScaledPowerSGD(state, self.precision.loss_scale,
+                                               synchronous=self.backend == "gloo")
+            ddp.register_comm_hook(self.powersgd, powersgd_hook)
 
     def eval_model(self) -> nn.Module:
         # DDP: validate with the plain module (the wrapper would broadcast in every forward, and
