@@ -46,7 +46,9 @@ DALI stops the whole pipeline on the first file it cannot decode, and has no opt
 So the file lists are checked first, in parallel over the ranks: files too short to be images, of
 no image format, or cut off before their end marker (truncated JPEG / PNG) are left out and
 counted as `skipped`. A file that passes this check and is still corrupt inside stops the run
-with DALI's error naming it; remove it and continue with --resume auto.
+with DALI's decoder error, which does not name the file (the bytes come from `fn.io.file.read`,
+which, like the external source before it, attaches no file name to them): find it with a full
+decode of the rank's files (e.g. PIL), remove it, and continue with --resume auto.
 """
 from __future__ import annotations
 
