@@ -16,13 +16,15 @@ warm-up pass, the contenders taking turns; the figure is the median:
   pytorch backend       this repository's --data-backend pytorch (uint8 decode and batches,
                         normalised on the device)
   DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU):
-                        one pipeline for the run, fed each pass's file order
+                        one pipeline for the run, fed each pass's file paths in the sampler's
+                        order; DALI's threads read the files (fn.io.file.read)
   DALI cpu / gpu        --data-backend dali-cpu / dali-gpu, when a GPU is present
 
   DALI CPU stage: random-crop decode / + resize
                         the DALI training pipeline's first operators alone, on the CPU, over
-                        the same files: where DALI's time goes (its own file reader, no
-                        flip, normalisation or hand-over to torch)
+                        the same files: where DALI's time goes (its own file reader,
+                        fn.readers.file, with the files in a fixed order; no flip,
+                        normalisation or hand-over to torch)
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
 Writes figures/io.png and a Markdown table; --json keeps the measurement's record (for

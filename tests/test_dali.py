@@ -1,8 +1,10 @@
 """The DALI backend on CPU (DALI's CPU-only mode): real pipelines, real multi-process runs."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import threading
 from collections import Counter
 
 import pytest
@@ -232,3 +234,56 @@ def test_dali_pipelines_build_without_dalis_external_source_checkpoint_warning(
         warnings.simplefilter("always")
         assert _pass_labels(train) and _pass_labels(val)  # both pipelines built and run
     assert not [w for w in caught if "Checkpointing enabled" in str(w.message)], caught
+
+
+# Python's audit hooks cannot be removed: one, installed once, records `open` events while a
+# test watches (a list), and does nothing otherwise.
+_opened: list = []
+_watching = [False]
+
+
+def _record_open(event, args):
+    if _watching[0] and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        _opened.append((os.fsdecode(args[0]), threading.get_ident()))
+
+
+sys.addaudithook(_record_open)
+
+
+def _bytes_read_by_this_thread() -> int:
+    """Bytes this thread has read with read(2)-like calls so far (Linux: /proc/thread-self/io);
+    it counts reads from C code too, which no Python hook sees."""
+    with open("/proc/thread-self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar:")).split()[1])
+
+
+def test_dali_reads_the_files_in_its_own_threads_not_in_the_one_calling_next(tiny_imagefolder,
+                                                                             loaders):
+    """The engine's thread only asks for batches: the files of a pass (256 per step at batch
+    256) are opened and read by DALI's worker threads, so the reads are not on the training
+    step's critical path. Checked on a warm pipeline, for a training and a validation pass."""
+    if not os.path.exists("/proc/thread-self/io"):
+        pytest.skip("needs Linux's per-thread I/O counters")
+    train, val, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8), _rank(0, 1))
+    train.set_epoch(0)
+    assert _pass_labels(train) and _pass_labels(val)  # pipelines built and warm
+    root = str(tiny_imagefolder)
+    for epoch, loader in ((1, train), (1, val)):
+        loader.set_epoch(epoch)
+        files, labels = loader.files_for_pass()
+        size = sum(os.path.getsize(f) for f in files)
+        _opened.clear()
+        _watching[0] = True
+        before = _bytes_read_by_this_thread()
+        try:
+            delivered = _pass_labels(loader)
+        finally:
+            _watching[0] = False
+        read_here = _bytes_read_by_this_thread() - before
+        assert delivered == labels[:len(delivered)] and len(delivered) >= 0.9 * len(labels)
+        here = [path for path, thread in _opened
+                if path.startswith(root) and thread == threading.get_ident()]
+        assert not here, f"{len(here)} image files opened in the thread calling next(), " \
+                         f"e.g. {here[0]}"
+        # The pass's files hold `size` bytes; the calling thread reads (almost) none of them.
+        assert read_here < 0.1 * size, (read_here, size)

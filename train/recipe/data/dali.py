@@ -12,11 +12,22 @@ NCHW already has channels_last strides, so no copy is needed.
 
 Sharding and order are the pytorch backend's own: `ShardedSampler` (GLOBAL rank and world size,
 train shards padded to equal length, val shards exact) picks this rank's files for the epoch, and
-the pipeline reads exactly that list through an external source, batch by batch. So every rank
-runs the same number of steps, validation counts every image once, the epoch order is the same
-global permutation as with `--data-backend pytorch`, and a mid-epoch resume starts at the right
-file. (DALI's own `shard_id/num_shards` sharding would also work, but its `random_shuffle` only
-shuffles within a buffer of each contiguous shard.)
+the pipeline reads exactly that list, batch by batch. So every rank runs the same number of steps,
+validation counts every image once, the epoch order is the same global permutation as with
+`--data-backend pytorch` (repeated augmentation included), and a mid-epoch resume starts at the
+right file.
+
+Who reads the files: DALI's worker threads. The external source hands the pipeline only each
+batch's file *paths* (a few bytes each) and labels; `fn.io.file.read` opens and reads the files
+in the pipeline's thread pool, in C++, ahead of the consumer by DALI's prefetch queue. The thread
+that runs the training step (which calls the iterator's `__next__`, and so the external source's
+callback) never touches an image file: at 256 images per step, reading them there stalled every
+step. Why not `fn.readers.file`, as NVIDIA's ConvNets examples do: its file list is fixed when
+the pipeline is built, so an epoch's own permutation would mean a new pipeline every epoch (its
+`random_shuffle` only shuffles within a buffer of each contiguous `shard_id/num_shards` shard, which
+is not the global permutation, and it knows no repeated augmentation, by-class subsets or exact
+validation shards). Paths through an external source keep the sampler in charge of the order and
+the pipeline warm; `fn.io.file.read` is stateless, so DALI's checkpoints still work.
 
 Each split builds its pipeline once and keeps it for the whole run: every pass only hands the
 external source the epoch's file list, so the worker threads, the decoder and the prefetch queue
@@ -35,7 +46,9 @@ DALI stops the whole pipeline on the first file it cannot decode, and has no opt
 So the file lists are checked first, in parallel over the ranks: files too short to be images, of
 no image format, or cut off before their end marker (truncated JPEG / PNG) are left out and
 counted as `skipped`. A file that passes this check and is still corrupt inside stops the run
-with DALI's error naming it; remove it and continue with --resume auto.
+with DALI's decoder error, which does not name the file (the bytes come from `fn.io.file.read`,
+which, like the external source before it, attaches no file name to them): find it with a full
+decode of the rank's files (e.g. PIL), remove it, and continue with --resume auto.
 """
 from __future__ import annotations
 
@@ -150,7 +163,7 @@ class DaliLoader:
         self._built_crop = None  # the training crop size its graph was built for
         self._expected = self._delivered = 0  # batches in the last pass, and handed out
         self._ended = True       # whether DALI has signalled the end of the last pass
-        self._feed: Iterator = iter(())  # the current pass's batches of (encoded, labels)
+        self._feed: Iterator = iter(())  # the current pass's batches of (paths, labels)
         self._resume_from: Optional[dict] = None  # a saved random state for the next build
 
     def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
@@ -176,13 +189,14 @@ class DaliLoader:
         picked = [self.samples[key.index] for key in self.sampler]
         return [path for path, _ in picked], [label for _, label in picked]
 
-    def _read_batches(self, files: List[str], labels: List[int]) -> Iterator[tuple]:
-        """The pass's batches as DALI's external source takes them: encoded file bytes and
-        labels, in reading order. Training yields full batches only (like drop_last)."""
+    def _path_batches(self, files: List[str], labels: List[int]) -> Iterator[tuple]:
+        """The pass's batches as DALI's external source takes them: file paths (UTF-8 bytes,
+        which `fn.io.file.read` reads in DALI's threads) and labels, in reading order. No file
+        is opened here. Training yields full batches only (like drop_last)."""
         stop = len(self) * self.batch_size if self.train else len(files)
         for start in range(0, stop, self.batch_size):
             chunk = range(start, min(start + self.batch_size, stop))
-            yield ([np.fromfile(files[i], dtype=np.uint8) for i in chunk],
+            yield ([np.frombuffer(os.fsencode(files[i]), dtype=np.uint8) for i in chunk],
                    [np.array([labels[i]], dtype=np.int32) for i in chunk])
 
     def _next_batch(self) -> tuple:
@@ -190,15 +204,17 @@ class DaliLoader:
         return next(self._feed)
 
     def pipeline(self):
-        """The DALI pipeline of this split: the external source's files decoded and augmented."""
+        """The DALI pipeline of this split: the external source's files read, decoded and
+        augmented, all in DALI's threads."""
         fn, types, cfg = self.fn, self.types, self.cfg
         size = self._crop() or cfg.image_size
         val_resize, val_crop = val_sizes(cfg)
         seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per rank
 
         def graph():
-            encoded, targets = fn.external_source(source=self._next_batch, num_outputs=2,
-                                                  batch=True, dtype=[types.UINT8, types.INT32])
+            paths, targets = fn.external_source(source=self._next_batch, num_outputs=2,
+                                                batch=True, dtype=[types.UINT8, types.INT32])
+            encoded = fn.io.file.read(paths)  # in the pipeline's thread pool
             if self.train:
                 images = random_crop_decode(fn, types, encoded, self.decoder)
                 images = self._to_augment_device(images)
@@ -259,13 +275,13 @@ class DaliLoader:
                 for _ in self._batches:
                     raise RuntimeError("the DALI pipeline delivered more batches than the pass "
                                        "had")
-            self._feed = self._read_batches(files, labels)
+            self._feed = self._path_batches(files, labels)
             self._batches.reset()  # the same pipeline, now reading the new pass
             return self._batches
         # First pass, a pass left unfinished (its prefetched batches would leak into this
         # one), or progressive resizing's new crop size (part of the graph): a new pipeline.
         self._batches = None
-        self._feed = self._read_batches(files, labels)
+        self._feed = self._path_batches(files, labels)
         self._built_crop = self._crop()
         # prepare_first_batch=False: nothing is read before the pass is asked for, so the
         # pipeline never prefetches from a list before the epoch's own is in place.
