@@ -169,11 +169,9 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
                    "(default: git's)")
     args = p.parse_args(argv)
-    for name in ("image_size", "batch_size", "steps", "repeats"):
-        if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive")
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
+    from bench import loop  # torch, like every measurement after the parse
+
+    loop.check_sizes(p, args)
     if args.workers is not None and args.workers <= 0:
         p.error("--workers must be positive (the loader rows measure worker processes)")
     args.targets = dict(TARGETS)

@@ -88,14 +88,19 @@ def parse_cli(argv=None) -> argparse.Namespace:
                    help="ratio engine/bare the engine should reach (default: %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
-    for name in ("image_size", "batch_size", "steps", "repeats"):
-        if getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be positive")
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
+    check_sizes(p, args)
     if args.threads is not None and args.threads <= 0:
         p.error("--threads must be positive")
     return args
+
+
+def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The measurement's sizes, as this tool and bench.gpu take them: positive, warm-up >= 0."""
+    for name in ("image_size", "batch_size", "steps", "repeats"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
 
 
 # --- the shared input ----------------------------------------------------------------------------
