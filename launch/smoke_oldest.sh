@@ -12,8 +12,10 @@
 #      2-process torchrun ddp_apex.py at O2 (bfloat16 model, fp32 masters) and a 3-process
 #      torchrun ps.py --mode sync (a server and 2 workers);
 # and fails unless each run exits 0, ends "finished" and logs only finite losses.
-# RECIPES_OLDEST_VENV=/path puts that virtualenv elsewhere (RECIPES_VENV, the main suite's, is
-# ignored here: it would run the smoke on the main stack).
+# RECIPES_OLDEST_VENV=/path puts that virtualenv elsewhere, =system uses the current python as
+# is (it must hold the pinned torch and torchvision: checked first). RECIPES_VENV, the main
+# suite's, is ignored here: it would run the smoke on the main stack. Python 3.12:
+#   PYENV_VERSION=3.12.1 RECIPES_OLDEST_VENV=/tmp/venv-oldest-py312 bash launch/smoke_oldest.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
