@@ -8,6 +8,9 @@
 # The virtualenv lives outside the repository, keyed by the hash of requirements.txt, so a fresh
 # clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one.
 # RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python as is.
+# RECIPES_REQUIREMENTS=FILE (relative to the repository, or absolute) builds and uses the venv of
+# another requirements file instead, keyed by its own hash: requirements-oldest.txt is the oldest
+# supported torch/torchvision (launch/smoke_oldest.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -19,7 +22,9 @@ if [ "${RECIPES_VENV:-}" = "system" ]; then
   exec "$@"
 fi
 
-key="$(sha256sum "$repo/requirements.txt" | cut -c1-16)"
+req="${RECIPES_REQUIREMENTS:-requirements.txt}"
+case "$req" in /*) ;; *) req="$repo/$req" ;; esac
+key="$(sha256sum "$req" | cut -c1-16)"
 venv="${RECIPES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes/venv-$key}"
 
 if [ ! -f "$venv/.complete" ]; then
@@ -28,8 +33,9 @@ if [ ! -f "$venv/.complete" ]; then
   mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -r "$repo/requirements.txt"
-  "$venv/bin/python" -c "import torch, torchvision, tensorboard, nvidia.dali" # fail here, not mid-run
+  "$venv/bin/python" -m pip install --quiet -r "$req"
+  dali=""; if grep -q '^nvidia-dali' "$req"; then dali=", nvidia.dali"; fi
+  "$venv/bin/python" -c "import torch, torchvision, tensorboard$dali" # fail here, not mid-run
   touch "$venv/.complete"
 fi
 

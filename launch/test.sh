@@ -8,8 +8,16 @@
 # torch (launch/install_horovod.sh; a cached wheel after the first build), and when run as root
 # without SLURM, slurm-wlm + munge from Debian for tests/test_slurm.py (it starts its own local
 # cluster). Without root the SLURM tests skip and say why.
+#
+# Run with no arguments (as CI does), it first runs launch/smoke_oldest.sh: a few minutes of unit
+# tests and short training runs on the oldest supported torch/torchvision, in that stack's own
+# virtualenv (requirements-oldest.txt). It runs before the suite so that pytest's summary stays
+# the last line; its failure fails this script. RECIPES_SMOKE_OLDEST=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# = 0 ] && [ "${RECIPES_SMOKE_OLDEST:-1}" != 0 ]; then
+  bash launch/smoke_oldest.sh
+fi
 launch/env.sh bash launch/install_horovod.sh
 if ! command -v sbatch >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
