@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import gpu_tier
+from . import gpu_tier
 
 HERE = Path(__file__).resolve().parent
 _current = {}  # the check running now: its nodeid and start (for a line when the tier is stopped)

@@ -3,7 +3,7 @@ Skipped, saying so, where DALI is not installed."""
 import pytest
 import torch
 
-from gpu_tier import DEVICE, SIMULATED, SMALL, finite_losses, need, train
+from .gpu_tier import DEVICE, SIMULATED, SMALL, finite_losses, need, train
 
 WHY = "pip install nvidia-dali-cuda130 (or carry its wheels to an offline machine)"
 

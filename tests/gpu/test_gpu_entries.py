@@ -1,7 +1,7 @@
 """Group `entries`: every entry script for a few real steps on the device."""
 import pytest
 
-from gpu_tier import SMALL, expected_backend, finite_losses, need, on_device, train
+from .gpu_tier import SMALL, expected_backend, finite_losses, need, on_device, train
 
 ENTRIES = {  # name: (script, processes, extra options, backend expected in the run record)
     "nd": ("nd.py", 0, (), None),

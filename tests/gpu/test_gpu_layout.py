@@ -1,7 +1,7 @@
 """Group `layout`: channels_last and torch.compile on the device."""
 import pytest
 
-from gpu_tier import SIMULATED, SMALL, finite_losses, on_device, train
+from .gpu_tier import SIMULATED, SMALL, finite_losses, on_device, train
 
 
 @pytest.mark.parametrize("flags", [("--channels-last", "--opt-level", "O1"), ("--compile",),

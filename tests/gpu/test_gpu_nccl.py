@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from gpu_tier import (DEVICE, SIMULATED, SMALL, Run, children, elapsed, expected_backend,
-                      finite_losses, rank_of, train, wait_for_step)
+from .gpu_tier import (DEVICE, SIMULATED, SMALL, Run, children, elapsed,
+                       expected_backend, finite_losses, rank_of, train, wait_for_step)
 
 RANKS = 2
 

@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from gpu_tier import BATCH, DEVICE, IMAGE, SHARED, SMALL, finite_losses, train
+from .gpu_tier import BATCH, DEVICE, IMAGE, SHARED, SMALL, finite_losses, train
 
 LEVELS = [("O0", "float32")] + [(level, dtype) for level in ("O1", "O2", "O3")
                                 for dtype in ("float16", "bfloat16")]

@@ -2,8 +2,8 @@
 exact validation, SyncBatchNorm, preemption and resume."""
 import signal
 
-from gpu_tier import (BATCH, DEVICE, SHARED, SMALL, Run, finite_losses, read_log, train,
-                      wait_for_step)
+from .gpu_tier import (BATCH, DEVICE, SHARED, SMALL, Run, finite_losses, read_log, train,
+                       wait_for_step)
 
 
 def test_validation_during_training_scores_what_the_checkpoint_holds(runs, images, saw):

@@ -1,6 +1,6 @@
 """Group `recipes`: a published preset's recipe features (EMA, MixUp/CutMix, TrivialAugment,
 random erasing, repeated augmentation, label smoothing) on the device, shrunk to a few steps."""
-from gpu_tier import BATCH, DEVICE, IMAGE, finite_losses, on_device, train
+from .gpu_tier import BATCH, DEVICE, IMAGE, finite_losses, on_device, train
 
 
 def test_torchvision_v2_preset_trains_with_ema(runs, images, saw):

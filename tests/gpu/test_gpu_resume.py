@@ -2,8 +2,8 @@
 uninterrupted run ends."""
 import torch
 
-from gpu_tier import BATCH, DEVICE, SMALL, train
-from test_gpu_ranks import preempt_and_resume
+from .gpu_tier import BATCH, DEVICE, SMALL, train
+from .test_gpu_ranks import preempt_and_resume
 
 
 def _same(a, b) -> bool:
