@@ -104,7 +104,7 @@ def _help(script: str) -> str:
 def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):
     text = " ".join(_help(script).split(" "))
     headings = [line for line in text.splitlines() if line.endswith(" options:")]
-    expected = ["data options:", "augmentation options:", "model options:",
+    expected = ["presets options:", "data options:", "augmentation options:", "model options:",
                 "optimization options:", "regularization options:", "precision options:",
                 "distribution options:", "checkpointing options:", "logging options:"] + (["parameter server options:"] if script == "ps.py" else [])
     assert headings == expected, headings

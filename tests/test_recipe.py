@@ -425,3 +425,75 @@ def test_a_preset_says_what_changes_on_fewer_processes():
     assert "global batch 256" in lines[1] and "--grad-accum 4" in lines[2]
     assert scaling_note(_cfg(), 1, 256, 0.1) == []
     assert not math.isnan(cfg.lr)
+
+
+def test_a_preset_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository root: recipes/ is found all the same
+    by_path = parse_args(["--dummy", "--config", str(REPO / "recipes" / "torchvision_v2.toml")])
+    for name in ("torchvision_v2", "torchvision_v2.toml"):
+        by_name = parse_args(["--dummy", "--config", name])
+        assert {k: v for k, v in by_name.to_dict().items() if k != "config"} == \
+            {k: v for k, v in by_path.to_dict().items() if k != "config"}
+        assert scaling_note(by_name, 2, 256, 0.125)[0].startswith("recipe torchvision ResNet-50")
+    # a file of that name in the current folder comes first
+    _write(tmp_path / "torchvision_v2.toml", {"epochs": 7})
+    assert parse_args(["--dummy", "--config", "torchvision_v2.toml"]).epochs == 7
+    with pytest.raises(UsageError, match="no such file or preset .presets: ffcv_16_epochs, "):
+        parse_args(["--dummy", "--config", "torchvision_v3"])
+
+
+def test_help_lists_the_presets_in_a_group_of_their_own(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["-h"], entry="nd")
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    presets = text[text.index("presets options:"):text.index("data options:")]
+    assert "--config NAME|FILE|RUN_DIR" in presets
+    for preset in PRESETS:
+        assert f"\n    {preset.stem} " in presets, preset.stem
+    assert "torchvision ResNet-50 V2: 80.858 % top-1 in 600 epochs" in presets
+
+
+@pytest.mark.parametrize("theirs,ours,value", [
+    ("--model", "arch", "resnet50"), ("--lr-warmup-epochs", "warmup_epochs", 2.0),
+    ("--lr-warmup-method", "warmup_method", "constant"),
+    ("--lr-warmup-decay", "warmup_start_factor", 0.1), ("--smoothing", "label_smoothing", 0.1),
+    ("--mixup", "mixup_alpha", 0.2), ("--cutmix", "cutmix_alpha", 1.0),
+    ("--clip-grad", "clip_grad_norm", 1.0), ("--log-interval", "print_freq", 5),
+])
+def test_torchvision_and_timm_spellings_that_mean_the_same_are_aliases(theirs, ours, value):
+    cfg = parse_args(["--dummy", "--epochs", "5", theirs, str(value)])
+    assert getattr(cfg, ours) == value
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["--amp"], "--amp is not an option here: mixed precision is --opt-level O1"),
+    (["--lr-scheduler", "cosineannealinglr"], "use --lr-schedule .*cosineannealinglr = cosine"),
+    (["--sched", "cosine"], "use --lr-schedule"),
+    (["--data-path", "/data/imagenet"], "the dataset root is the last argument"),
+    (["--output-dir", "out"], "use --logdir DIR"),
+    (["--reprob", "0.25"], "use --random-erase P"),
+    (["--test-only"], "use -e/--evaluate"),
+])
+def test_torchvision_and_timm_spellings_that_differ_are_refused_with_ours(argv, hint):
+    # the refused flag takes its value, so the data path after it is still the data path
+    with pytest.raises(UsageError, match=hint):
+        parse_args([*argv, "/data/imagenet"])
+
+
+def test_no_prefix_matching_and_errors_in_one_line(capsys):
+    for argv, message in ((["--amp-d", "bfloat16"], "unknown option --amp-d"),
+                          (["--warmup-epoch", "3"], "did you mean --warmup-epochs?"),
+                          (["--lr"], "argument --lr/--learning-rate: expected one argument")):
+        with pytest.raises(SystemExit) as exit_:
+            parse_args([*argv, "--dummy"], entry="nd")
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and err.endswith("(see -h)\n") and err.count("\n") == 1, err
+
+
+def test_evaluating_without_weights_is_refused():
+    with pytest.raises(UsageError, match="-e/--evaluate needs weights to score: --resume"):
+        parse_args(["--dummy", "-e"])
+    assert parse_args(["--dummy", "-e", "--resume", "x.pth"]).evaluate
+    assert parse_args(["--dummy", "-e", "--pretrained", "w.pth"]).evaluate

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import sys
 from dataclasses import dataclass, field
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from .errors import UsageError
-from .presets import config_file_defaults
+from .peer_flags import ALIASES, REFUSED
+from .presets import config_file_defaults, preset_listing
 from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
@@ -47,12 +49,13 @@ def parse_slowdown(text: str) -> Tuple[float, ...]:
     return factors
 
 
-# Help groups, in the order `-h` shows them.
+# Help groups, in the order `-h` shows them (presets first: --config and what it can name).
+PRESETS = "presets"
 DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION = (
     "data", "augmentation", "model", "optimization", "regularization", "precision",
     "distribution")
 CHECKPOINTING, LOGGING = "checkpointing", "logging"
-HELP_GROUPS = (DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION,
+HELP_GROUPS = (PRESETS, DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION,
                CHECKPOINTING, LOGGING)
 
 # Entry scripts (registry names) that share strategy-specific options.
@@ -84,9 +87,10 @@ class TrainConfig:
         DATA, "-j", "--workers",
         help="data loading workers per process (-1: derived from the cores)"))
     config: Optional[str] = field(default=None, metadata=opt(
-        DATA, "--config", help="a preset or a run's saved config (TOML, YAML or JSON; "
-                               "recipes/ has the published recipes): its values become the "
-                               "defaults, and flags on the command line override them"))
+        PRESETS, "--config", metavar="NAME|FILE|RUN_DIR",
+        help="a preset by name (listed above), a TOML/YAML/JSON file, or a run directory (repeats "
+             "its saved config): its values become the defaults, and flags on the command line "
+             "override them"))
     image_size: int = field(default=224, metadata=opt(
         DATA, "--image-size", "--train-crop-size", help="train crop size"))
     val_resize_size: int = field(default=0, metadata=opt(
@@ -371,9 +375,10 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
                  ) -> argparse.ArgumentParser:
     """The CLI of one entry script: its options in help groups. Options of other entries are
     parsed (so that `parse_args` can say where they belong) but left out of -h."""
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(description=description, allow_abbrev=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     groups = {name: parser.add_argument_group(f"{name} options") for name in HELP_GROUPS}
+    groups[PRESETS].description = preset_listing()
     defaults = defaults or {}
     for f in dataclasses.fields(config_cls):
         meta = f.metadata
@@ -393,15 +398,42 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
             kwargs["dest"] = f.name
         if meta["group"] not in groups:  # a subclass's own group (the parameter server's)
             groups[meta["group"]] = parser.add_argument_group(f"{meta['group']} options")
-        groups[meta["group"]].add_argument(*meta["flags"], default=default, **kwargs)
+        # the other projects' spellings go before ours: messages name a field by its last flag
+        flags = (*meta["flags"][:-1], *ALIASES.get(f.name, ()), meta["flags"][-1])
+        groups[meta["group"]].add_argument(*flags, default=default, **kwargs)
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead. Accept both.
     parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
                         help=argparse.SUPPRESS)
+    for flag, (takes_value, _) in REFUSED.items():
+        arity = dict(nargs=1) if takes_value else dict(action="store_const", const=True)
+        parser.add_argument(flag, dest="peer_" + flag.strip("-").replace("-", "_"),
+                            default=None, help=argparse.SUPPRESS, **arity)
     for prefix, flags in (("apex_only_", APEX_ONLY_OPTIONS), ("legacy_", LEGACY_DIST_OPTIONS)):
         for flag in flags:
             parser.add_argument(flag, dest=prefix + flag.strip("-").replace("-", "_"),
                                 nargs="?", const=True, default=None, help=argparse.SUPPRESS)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """An error is one line naming the problem (the usage block only with -h)."""
+
+    def error(self, message: str):
+        unknown = [w for w in message.split() if w.startswith("--")]
+        if message.startswith("unrecognized arguments") and unknown:
+            known = [s for action in self._actions for s in action.option_strings
+                     if action.help != argparse.SUPPRESS]
+            close = difflib.get_close_matches(unknown[0].split("=")[0], known, n=1, cutoff=0.8)
+            message = f"unknown option {unknown[0]}" + (f"; did you mean {close[0]}?"
+                                                         if close else "")
+        self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
+
+
+def refuse_peer_flags(ns: dict) -> None:
+    """UsageError for the first flag of torchvision's or timm's that means something else here."""
+    for flag, (_, hint) in REFUSED.items():
+        if ns.pop("peer_" + flag.strip("-").replace("-", "_")) is not None:
+            raise UsageError(f"{flag} is not an option here: {hint}")
 
 
 def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None:
@@ -419,7 +451,7 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
 
 def _config_option(argv: Optional[list]) -> Optional[str]:
     """--config's value, read before the full parser is built (its values are defaults)."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument("--config")
     known, _ = early.parse_known_args(argv)
     return known.config
@@ -444,6 +476,7 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
+    refuse_peer_flags(ns)
     apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
     for k in [k for k in ns if k.startswith("apex_only_")]:
         ns.pop(k)
@@ -490,6 +523,10 @@ def validate(cfg: TrainConfig) -> None:
         if value < low or (value == low and not inclusive):
             flag = {"weight_decay": "--wd"}.get(name, "--" + name.replace("_", "-"))
             raise UsageError(f"{flag} must be {'>=' if inclusive else '>'} {low}, got {value}")
+    if cfg.evaluate and not (cfg.resume or cfg.pretrained):
+        raise UsageError("-e/--evaluate needs weights to score: --resume CHECKPOINT (or a run "
+                         "dir: its newest checkpoint; RUN_DIR/model_best.pth: its best), or "
+                         "--pretrained FILE")
     if cfg.pretrained and Path(cfg.pretrained).is_dir():
         raise UsageError(f"--pretrained takes a weights FILE, got the folder {cfg.pretrained}. "
                          "(pytorch/examples' --pretrained downloads weights; here download them "

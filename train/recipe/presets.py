@@ -24,15 +24,44 @@ from typing import Any, Dict, List, Optional
 from .errors import UsageError
 
 PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
+PRESETS = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def preset_names() -> List[str]:
+    """The presets in recipes/, by the name `--config NAME` takes."""
+    return sorted(p.stem for p in PRESETS.glob("*.toml"))
+
+
+def preset_listing() -> str:
+    """`-h`'s lines on the presets: each name with the published run it follows."""
+    lines = []
+    for name in preset_names():
+        ref = read_mapping(PRESETS / f"{name}.toml").get("reference") or {}
+        what = f"{ref['name']}: {ref['top1']} % top-1 in {ref['epochs']} epochs" \
+            if {"name", "top1", "epochs"} <= set(ref) else ""
+        lines.append(f"  {name:18s}{what}")
+    return "\n".join(["--config NAME takes a preset of recipes/:", *lines])
+
+
+def config_path(text: str) -> Path:
+    """What `--config TEXT` names: a file or run directory, else a preset of recipes/ by name
+    (`torchvision_v2` or `torchvision_v2.toml`), wherever the command runs from."""
+    path = Path(text)
+    if path.exists() or path.parent != Path("."):
+        return path
+    preset = PRESETS / (text if path.suffix == ".toml" else f"{text}.toml")
+    return preset if preset.is_file() else path
 
 
 def read_mapping(path: Path) -> Dict[str, Any]:
-    """The top-level table of a TOML, YAML or JSON file (a run dir: its config.json)."""
+    """The top-level table of a TOML, YAML or JSON file (a run dir: its config.json), or of a
+    preset named as `config_path` finds it."""
+    path = config_path(str(path))
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise UsageError(f"--config {path}: no such file (a preset is under recipes/, a run's "
-                         "config is RUN_DIR/config.json)")
+        raise UsageError(f"--config {path}: no such file or preset (presets: "
+                         f"{', '.join(preset_names())}; a run's config: RUN_DIR)")
     text = path.read_text()
     suffix = path.suffix.lower()
     try:
