@@ -244,3 +244,51 @@ def test_ddp_comm_hooks_change_the_communication_not_the_training(tiny_imagefold
     # order); update 3 is low-rank, so the loss after it moves by far more than rounding.
     assert losses["powersgd"][:4] == pytest.approx(losses["none"][:4], rel=1e-5)
     assert abs(losses["powersgd"][4] - losses["none"][4]) > 1e-2 * losses["none"][4]
+
+
+def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefolder, tmp_path):
+    """summary.csv has a row per epoch, the end record and the closing lines name the best
+    top-1 with its epoch (the EMA's too) and the best model, and the printed evaluate command
+    scores that model exactly as training logged it."""
+    import csv
+    import shlex
+
+    run_dir = tmp_path / "run"
+    proc = run_script("nd.py", TINY + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "2",
+                                       "--model-ema", "--model-ema-steps", "1", "--logdir",
+                                       tmp_path, "--run-name", "run", tiny_imagefolder])
+    val, ema = records(run_dir, "val"), records(run_dir, "val_ema")
+    best = max(val, key=lambda r: r["top1"])  # the first of equals, as the run keeps it
+    best_ema = max(ema, key=lambda r: r["top1"])
+    end = records(run_dir, "end")[0]
+    assert (end["best_top1"], end["best_epoch"]) == (best["top1"], best["epoch"])
+    assert (end["best_ema_top1"], end["best_ema_epoch"]) == (best_ema["top1"], best_ema["epoch"])
+    assert end["seconds"] > 0 and end["img_s"] > 0
+    assert end["best_model"] == str(run_dir / "model_best.pth")
+
+    rows = list(csv.DictReader((run_dir / "summary.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert [float(r["val_top1"]) for r in rows] == pytest.approx([r["top1"] for r in val])
+    assert [float(r["val_ema_top1"]) for r in rows] == pytest.approx([r["top1"] for r in ema])
+    assert all(float(r["img_s"]) > 0 and float(r["epoch_seconds"]) > 0 for r in rows)
+
+    lines = proc.stdout.splitlines()
+    closing = next(line for line in lines if "=> finished: best top-1" in line)
+    assert f"best top-1 {best['top1']:.3f} at epoch {best['epoch']}" in closing
+    assert f"EMA {best_ema['top1']:.3f} at epoch {best_ema['epoch']}" in closing
+    assert "3 epoch(s) in" in closing
+    assert any(line.endswith(f"=> best EMA model: {run_dir / 'model_best_ema.pth'}")
+               for line in lines)
+    command = shlex.split(next(line for line in lines if "=> evaluate it: " in line)
+                          .split("=> evaluate it: ", 1)[1])
+    assert command[:2] == ["python", "train/nd.py"] and command[-1] == str(tiny_imagefolder)
+    # the printed command, run as printed (into another run dir), scores what training logged
+    evaluated = run_script("nd.py", command[2:] + ["--logdir", tmp_path, "--run-name", "eval"])
+    again = records(tmp_path / "eval", "val")[0]
+    assert (again["top1"], again["count"]) == (best["top1"], best["count"]), evaluated.stdout
+    assert again["loss"] == pytest.approx(best["loss"], rel=1e-5)
+    # the EMA's best file holds the average as its model: scored alone, it gives the EMA's top-1
+    run_script("nd.py", ["--config", run_dir, "-e", "--resume", run_dir / "model_best_ema.pth",
+                         "--no-model-ema", "--logdir", tmp_path, "--run-name", "eval-ema",
+                         tiny_imagefolder])
+    assert records(tmp_path / "eval-ema", "val")[0]["top1"] == best_ema["top1"]

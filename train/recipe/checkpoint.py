@@ -19,6 +19,7 @@ from .config import UsageError
 LATEST = "checkpoint.pth"
 PREVIOUS = "checkpoint.prev.pth"  # the one before LATEST, kept in case LATEST is damaged
 BEST = "model_best.pth"
+BEST_EMA = "model_best_ema.pth"  # the --model-ema average's best, as the model of a checkpoint
 DAMAGED = "checkpoint.damaged.pth"
 REQUIRED_KEYS = ("model", "optimizer", "epoch", "arch")
 
@@ -46,9 +47,11 @@ class CheckpointWriteError(Exception):
     """The new checkpoint could not be written (e.g. a full disk); the previous one is intact."""
 
 
-def save(state: Dict[str, Any], run_dir: Path, is_best: bool) -> Path:
+def save(state: Dict[str, Any], run_dir: Path, is_best: bool, ema_is_best: bool = False) -> Path:
     """Write LATEST, keeping the previous LATEST as PREVIOUS. At every instant at least one
-    complete checkpoint is on disk under one of the two names."""
+    complete checkpoint is on disk under one of the two names. `is_best`: also copy it to BEST;
+    `ema_is_best`: write BEST_EMA, the same state with the moving average as its model (so
+    `-e --resume` of it scores the average)."""
     path = run_dir / LATEST
     try:
         if path.is_file():  # a hard link costs no space and is replaced atomically
@@ -56,6 +59,9 @@ def save(state: Dict[str, Any], run_dir: Path, is_best: bool) -> Path:
         _atomic(path, lambda tmp: torch.save(state, tmp))
         if is_best:
             _atomic(run_dir / BEST, lambda tmp: shutil.copyfile(path, tmp))
+        if ema_is_best:
+            average = {**state, "model": state["model_ema"]["model"], "model_ema": None}
+            _atomic(run_dir / BEST_EMA, lambda tmp: torch.save(average, tmp))
     except (OSError, RuntimeError) as err:  # torch.save reports a full disk as RuntimeError
         raise CheckpointWriteError(f"could not write a checkpoint in {run_dir} ({err}); the "
                                    f"previous one, if any, is intact") from None

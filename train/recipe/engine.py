@@ -13,7 +13,7 @@ from typing import Dict, Iterator, Optional
 
 import torch
 
-from . import checkpoint, lifecycle
+from . import checkpoint, lifecycle, summary
 from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
@@ -47,7 +47,9 @@ class Preempted(Exception):
 class Trainer:
     def __init__(self, cfg: TrainConfig, strategy, entry: str):
         self.cfg, self.strategy, self.entry = cfg, strategy, entry
-        self.epoch, self.step, self.best_top1 = cfg.start_epoch, 0, 0.0
+        self.epoch, self.step = cfg.start_epoch, 0
+        self.best = summary.Best()  # the model's best validation top-1 and its epoch
+        self.best_ema = summary.Best()  # the same for the --model-ema average
         self.samples_seen = 0  # training samples of the run so far, all processes
         self.resume_epoch_step = 0  # optimizer steps of self.epoch already done (mid-epoch resume)
         self.stop_signal = None  # set by SIGTERM / SIGUSR1 (preemption warning)
@@ -132,7 +134,8 @@ class Trainer:
         self.samples_seen = state.get("samples_seen", self.step * self.global_batch)
         self.resume_epoch_step = self._resume_step_in_epoch(state)
         set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
-        self.best_top1 = state.get("best_top1", 0.0)
+        self.best = summary.Best(state.get("best_top1", 0.0), state.get("best_epoch"))
+        self.best_ema = summary.Best(state.get("best_ema_top1", 0.0), state.get("best_ema_epoch"))
         rng = state.get("rng", [])
         if len(rng) == self.strategy.world_size:
             checkpoint.set_rng_state(rng[self.strategy.rank], self.strategy.cuda_devices)
@@ -197,28 +200,57 @@ class Trainer:
         return f"{described['opt_level']} {described['dtype']}" + (
             "" if scaling == "none" else f" with {scaling} loss scaling")
 
+    @property
+    def best_top1(self) -> float:
+        return self.best.top1
+
     # === the loop ================================================================================
     def fit(self) -> None:
         if self.cfg.evaluate:
             self.validate()
+            if self.ema is not None:
+                self.validate_ema()
             return
         reason = "finished"
         self.clock = RunClock(total=self.cfg.epochs * self.steps_per_epoch)
         self.clock.start(done=self.epoch * self.steps_per_epoch + self.resume_epoch_step)
+        started, first_epoch, samples_at_start = time.perf_counter(), self.epoch, self.samples_seen
         for self.epoch in range(self.epoch, self.cfg.epochs):
-            self.train_one_epoch()
+            train = self.train_one_epoch()
             val = self.validate()
-            is_best = val["top1"] > self.best_top1
-            self.best_top1 = max(self.best_top1, val["top1"])
-            self.save_checkpoint(is_best)
+            ema = self.validate_ema() if self.ema is not None else None
+            is_best = self.best.offer(val["top1"], self.epoch)
+            ema_is_best = ema is not None and self.best_ema.offer(ema["top1"], self.epoch)
+            self.save_checkpoint(is_best, ema_is_best=ema_is_best)
+            if self.strategy.is_main():
+                summary.append_csv_row(self.run_dir, summary.csv_row(
+                    self.epoch, self.optimizer.param_groups[0]["lr"], train, val, ema))
             if self.cfg.desired_acc is not None and val["top1"] >= self.cfg.desired_acc:
                 reason = f"reached --desired-acc {self.cfg.desired_acc}"
-                self.log.print(f"=> stopping: {reason}")
                 break
-        lifecycle.write_end_record(self.log, self.epoch, self.step, self.best_top1, reason,
-                                   samples_seen=self.samples_seen)
+        self.finish(reason, self.epoch + 1 - first_epoch, time.perf_counter() - started,
+                    self.samples_seen - samples_at_start)
 
-    def train_one_epoch(self) -> None:
+    def finish(self, reason: str, epochs: int, seconds: float, samples: int) -> None:
+        """The end record and the closing lines: the bests, the time, where the best model is
+        and how to evaluate it."""
+        best_path = self.run_dir / checkpoint.BEST
+        entry = ENTRIES[self.entry]
+        evaluate = summary.evaluate_command(entry.launcher, entry.script, self.run_dir,
+                                            best_path, self.cfg.data)
+        best_ema = self.best_ema if self.ema is not None else None
+        lifecycle.write_end_record(
+            self.log, self.epoch, self.step, self.best.top1, reason,
+            samples_seen=self.samples_seen, best_epoch=self.best.epoch,
+            **({"best_ema_top1": best_ema.top1, "best_ema_epoch": best_ema.epoch}
+               if best_ema else {}),
+            seconds=seconds, img_s=samples / seconds if seconds > 0 else None,
+            best_model=str(best_path), evaluate_command=evaluate)
+        for line in summary.closing_lines(reason, epochs, seconds, samples, self.best, best_ema,
+                                          best_path, evaluate):
+            self.log.print(line)
+
+    def train_one_epoch(self) -> Dict[str, float]:
         cfg, strategy = self.cfg, self.strategy
         self.model.train()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
@@ -260,6 +292,7 @@ class Trainer:
         self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
                        f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
+        return {**stats, "img_s": img_s, "epoch_time": epoch_time}
 
     def train_step(self, batches: Iterator, meter: SumMeter) -> float:
         """One optimizer step: --grad-accum micro-batches (gradient sync on the last only),
@@ -325,11 +358,9 @@ class Trainer:
                        f"({stats['count']} images, {stats['seconds']:.1f}s)" + (
                            "" if self.cfg.evaluate else
                            f"  best top1 {max(self.best_top1, stats['top1']):.3f}"))
-        if self.ema is not None:
-            self.validate_ema()
         return stats
 
-    def validate_ema(self) -> None:
+    def validate_ema(self) -> Dict[str, float]:
         """The moving average, scored like the model (it is not what `best` refers to), in its
         own precision: fp32 (float64 with --float64)."""
         self.strategy.share_buffers(self.ema.module)
@@ -339,6 +370,7 @@ class Trainer:
                        samples_seen=self.samples_seen, **stats)
         self.log.print(f" * Val epoch {self.epoch} EMA: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}")
+        return stats
 
     def _sum_over_ranks(self, value: float) -> float:
         """One number summed over all ranks (collective: every rank must call it)."""
@@ -358,8 +390,10 @@ class Trainer:
     def _stop_requested_anywhere(self) -> bool:
         return self._sum_over_ranks(1.0 if self.stop_signal else 0.0) > 0
 
-    def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None) -> None:
-        """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch."""
+    def save_checkpoint(self, is_best: bool, epoch_step: Optional[int] = None,
+                        ema_is_best: bool = False) -> None:
+        """End-of-epoch checkpoint, or (with `epoch_step`) one taken inside the epoch;
+        `is_best` / `ema_is_best` also copy it to model_best.pth / model_best_ema.pth."""
         # Every rank contributes its RNG state, so a resumed run continues every rank's stream,
         # the training loader's own (DALI's augmentation) included.
         rng = self.strategy.gather_objects({**checkpoint.rng_state(self.strategy.cuda_devices),
@@ -372,7 +406,7 @@ class Trainer:
         if self.strategy.is_main():
             try:
                 self._write_checkpoint(model_state, optimizer_state, rng, is_best, epoch_step,
-                                       start)
+                                       start, ema_is_best)
             except Exception as err:  # a full disk, and anything else that stops rank 0 here
                 failure = err
         # Every rank learns how the write went: a rank that went on into the next collective
@@ -384,19 +418,22 @@ class Trainer:
             raise checkpoint.CheckpointWriteError(f"rank 0 failed: {error}")
 
     def _write_checkpoint(self, model_state: dict, optimizer_state: dict, rng: list,
-                          is_best: bool, epoch_step: Optional[int], start: float) -> None:
+                          is_best: bool, epoch_step: Optional[int], start: float,
+                          ema_is_best: bool) -> None:
         state = {
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
             "epoch_step": epoch_step or 0, "epoch_samples": (epoch_step or 0) * self.global_batch,
-            "step": self.step, "samples_seen": self.samples_seen, "best_top1": self.best_top1,
+            "step": self.step, "samples_seen": self.samples_seen, "best_top1": self.best.top1,
+            "best_epoch": self.best.epoch, "best_ema_top1": self.best_ema.top1,
+            "best_ema_epoch": self.best_ema.epoch,
             "model": model_state, "optimizer": optimizer_state,
             "model_ema": self.ema.state_dict() if self.ema is not None else None,
             "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
         }
-        path = checkpoint.save(state, self.run_dir, is_best)
+        path = checkpoint.save(state, self.run_dir, is_best, ema_is_best)
         self.log.write("checkpoint", epoch=self.epoch, step=self.step, path=str(path),
                        best=is_best, seconds=time.perf_counter() - start)
 

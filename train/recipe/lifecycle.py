@@ -2,8 +2,8 @@
 continues from, the records that open and close its log, and the exit status it ends with.
 
     runs/<prefix><YYYYmmdd-HHMMSS>/   (or runs/<--run-name>/)
-        config.json  log.jsonl  events.out.tfevents.*  checkpoint.pth  checkpoint.prev.pth
-        model_best.pth
+        config.json  log.jsonl  events.out.tfevents.*  summary.csv (a row per epoch)
+        checkpoint.pth  checkpoint.prev.pth  model_best.pth  model_best_ema.pth (--model-ema)
 
 `--resume auto` continues the newest run of the same entry and arch (or exactly --run-name) in
 its own directory; `--resume PATH` starts a new run from that checkpoint's state (PATH a

@@ -25,7 +25,10 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     last record (lifecycle.write_end_record): epoch, step, best_top1, reason
                  ("finished", "preempted by SIGUSR1", "failed: ...", "reached --desired-acc
-                 ..."); the parameter server adds lost_workers
+                 ..."); the engine adds, at a run's end, best_epoch, best_ema_top1 and
+                 best_ema_epoch (with --model-ema), seconds and img_s (this invocation's
+                 training), best_model and evaluate_command (recipe/summary.py); the parameter
+                 server adds lost_workers
 Parameter-server runs also write:
   kind="worker"  worker, step, samples, steps, compute_time, comm_time, wait_time, data_time,
                  seconds, bytes_pushed, bytes_pulled and their split by server
