@@ -497,3 +497,21 @@ def test_evaluating_without_weights_is_refused():
         parse_args(["--dummy", "-e"])
     assert parse_args(["--dummy", "-e", "--resume", "x.pth"]).evaluate
     assert parse_args(["--dummy", "-e", "--pretrained", "w.pth"]).evaluate
+
+
+def test_an_lr_that_looks_absolute_and_a_large_batch_without_warmup_are_warned_of():
+    from recipe.schedule import lr_warnings
+
+    # torchvision V2's command line (--lr 0.5 at global batch 1024) read as per 256 images
+    (line,) = lr_warnings(_cfg("--lr", "0.5", "--warmup-epochs", "5"), 1024, 2.0)
+    assert "at global batch 1024 the lr is 2" in line and "pass --lr 0.125" in line
+    assert lr_warnings(_cfg("--lr", "0.5", "--no-lr-scaling"), 1024, 0.5) == []
+    assert lr_warnings(_cfg("--lr", "0.5", "--opt", "lamb"), 1024, 2.0) == []
+    # 8 GPUs x the default -b 256: no warm-up at 2048
+    (line,) = lr_warnings(_cfg(), 2048, 0.8)
+    assert "global batch 2048 with no warm-up" in line and "--warmup-epochs 5" in line
+    # every preset at its published scale warns of nothing
+    for preset in PRESETS:
+        cfg = parse_args(["--dummy", "--config", str(preset)])
+        ref = read_mapping(preset)["reference"]
+        assert lr_warnings(cfg, ref["global_batch"], ref["lr"]) == [], preset.stem

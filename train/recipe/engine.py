@@ -25,7 +25,7 @@ from .presets import scaling_note
 from .progress import RunClock, duration
 from .registry import ENTRIES
 from .runlog import RunLog
-from .schedule import build_scheduler, scaled_lr, set_position
+from .schedule import build_scheduler, lr_warnings, scaled_lr, set_position
 from .targets import build_criterion, build_mixer
 from .validation import evaluate
 
@@ -187,6 +187,9 @@ class Trainer:
                        f"{self.run_dir}")
         for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
             self.log.print(f"=> {line}")
+        if not cfg.evaluate:
+            for line in lr_warnings(cfg, self.global_batch, self.lr):
+                self.log.print(line)
         if resume_state and cfg.evaluate:
             self.log.print(f"=> evaluating {resume_state['path']}: the weights of epoch "
                            f"{self.epoch} (step {self.step})")

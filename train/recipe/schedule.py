@@ -25,6 +25,32 @@ def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
     return cfg.lr if cfg.no_lr_scaling else cfg.lr * global_batch / 256
 
 
+# What the warnings below look for. The published momentum-SGD recipes in recipes/ use 0.10-0.26
+# per 256 images (Goyal et al. 0.1, FFCV 0.106, torchvision V2 0.125, NVIDIA 0.256): an --lr
+# well above that is most likely torchvision's or timm's absolute lr of a larger batch.
+# Goyal et al. needed a warm-up from a global batch of 2k on.
+SGD_LR_PER_256_WARNING = 0.4
+WARMUP_BATCH_WARNING = 2048
+SGD_LIKE = ("sgd", "nesterov")
+
+
+def lr_warnings(cfg: TrainConfig, global_batch: int, lr: float) -> list:
+    """Lines warning of an --lr that looks given as torchvision's or timm's absolute one, and
+    of a large global batch without a warm-up."""
+    lines = []
+    if (not cfg.no_lr_scaling and cfg.optimizer in SGD_LIKE and global_batch != 256
+            and cfg.lr > SGD_LR_PER_256_WARNING):
+        lines.append(f"warning: --lr {cfg.lr:g} is per 256 images here: at global batch "
+                     f"{global_batch} the lr is {lr:.4g}. If {cfg.lr:g} is the lr itself (as "
+                     f"in torchvision's and timm's commands), pass --lr "
+                     f"{cfg.lr * 256 / global_batch:.4g} or --no-lr-scaling")
+    if global_batch >= WARMUP_BATCH_WARNING and cfg.warmup_epochs == 0:
+        lines.append(f"warning: global batch {global_batch} with no warm-up: large batches "
+                     "diverge early without one (Goyal et al. warm up for 5 epochs); add "
+                     "--warmup-epochs 5, or use a preset (--config goyal_8k)")
+    return lines
+
+
 class LrMultiplier:
     """step -> multiplier of the peak lr, a pure function of the optimizer step and the config.
     `peak_lr` (the scaled --lr) turns the absolute --lr-min into a fraction of it.
