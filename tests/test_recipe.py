@@ -515,3 +515,24 @@ def test_an_lr_that_looks_absolute_and_a_large_batch_without_warmup_are_warned_o
         cfg = parse_args(["--dummy", "--config", str(preset)])
         ref = read_mapping(preset)["reference"]
         assert lr_warnings(cfg, ref["global_batch"], ref["lr"]) == [], preset.stem
+
+
+def test_evaluation_takes_the_settings_of_the_checkpoints_run(tmp_path, capsys):
+    import torch
+
+    trained = parse_args(["--dummy", "-a", "resnet18", "--image-size", "64", "--opt-level", "O2",
+                          "--amp-dtype", "bfloat16", "--no-channels-last", "--lr", "0.3"])
+    (tmp_path / "run").mkdir()
+    trained.save(tmp_path / "run" / "config.json")
+    torch.save({"config": trained.to_dict()}, tmp_path / "moved.pth")  # away from its run dir
+    for resume in (tmp_path / "run", tmp_path / "run" / "model_best.pth", tmp_path / "moved.pth"):
+        cfg = parse_args(["-e", "--resume", str(resume), "/data/x"])
+        assert (cfg.arch, cfg.image_size, cfg.opt_level, cfg.amp_dtype, cfg.channels_last,
+                cfg.dummy) == ("resnet18", 64, "O2", "bfloat16", False, True)
+        assert cfg.lr == 0.1  # training options stay this command's
+        assert ("=> -e: the checkpoint's run set --arch resnet18, --train-crop-size 64, "
+                "--opt-level O2, --amp-dtype bfloat16, --no-channels-last") in capsys.readouterr().out
+    # the command line wins; training (no -e) takes nothing from --resume's run
+    assert parse_args(["-e", "--resume", str(tmp_path / "run"), "--opt-level", "O0"]
+                      ).opt_level == "O0"
+    assert parse_args(["--dummy", "--resume", str(tmp_path / "run")]).arch == "resnet50"

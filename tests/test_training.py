@@ -281,14 +281,17 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
                for line in lines)
     command = shlex.split(next(line for line in lines if "=> evaluate it: " in line)
                           .split("=> evaluate it: ", 1)[1])
-    assert command[:2] == ["python", "train/nd.py"] and command[-1] == str(tiny_imagefolder)
-    # the printed command, run as printed (into another run dir), scores what training logged
+    assert command == ["python", "train/nd.py", "-e", "--resume",
+                       str(run_dir / "model_best.pth"), str(tiny_imagefolder)]
+    # the printed command, run as printed (into another run dir), takes the model and its
+    # sizes from the checkpoint's run (no -a) and scores what training logged
     evaluated = run_script("nd.py", command[2:] + ["--logdir", tmp_path, "--run-name", "eval"])
+    assert "=> -e: the checkpoint's run set --arch resnet18, --train-crop-size 32" in \
+        evaluated.stdout and "--model-ema" in evaluated.stdout
     again = records(tmp_path / "eval", "val")[0]
     assert (again["top1"], again["count"]) == (best["top1"], best["count"]), evaluated.stdout
     assert again["loss"] == pytest.approx(best["loss"], rel=1e-5)
     # the EMA's best file holds the average as its model: scored alone, it gives the EMA's top-1
-    run_script("nd.py", ["--config", run_dir, "-e", "--resume", run_dir / "model_best_ema.pth",
-                         "--no-model-ema", "--logdir", tmp_path, "--run-name", "eval-ema",
-                         tiny_imagefolder])
+    run_script("nd.py", ["-e", "--resume", run_dir / "model_best_ema.pth", "--no-model-ema",
+                         "--logdir", tmp_path, "--run-name", "eval-ema", tiny_imagefolder])
     assert records(tmp_path / "eval-ema", "val")[0]["top1"] == best_ema["top1"]

@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Optional, Tuple
 
 from .errors import UsageError
 from .peer_flags import ALIASES, REFUSED
-from .presets import config_file_defaults, preset_listing
+from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
@@ -370,6 +371,9 @@ class TrainConfig:
         path.write_text(json.dumps({**self.to_dict(), **extra}, indent=2, sort_keys=True))
 
 
+_FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
 def build_parser(description: str = "", defaults: Optional[dict] = None,
                  config_cls: type = TrainConfig, entry: Optional[str] = None
                  ) -> argparse.ArgumentParser:
@@ -449,12 +453,32 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
                          f"{ENTRIES[entry].script}{hint}")
 
 
-def _config_option(argv: Optional[list]) -> Optional[str]:
-    """--config's value, read before the full parser is built (its values are defaults)."""
+def _early_options(argv: Optional[list]) -> argparse.Namespace:
+    """--config, -e and --resume, read before the full parser is built: what they name
+    gives the defaults."""
     early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument("--config")
+    early.add_argument("--resume")
+    early.add_argument("-e", "--evaluate", action="store_true")
     known, _ = early.parse_known_args(argv)
-    return known.config
+    return known
+
+
+def _show_settings(settings: dict, cfg: "TrainConfig", defaults: dict) -> None:
+    """Say which of the checkpoint's settings an evaluation took (once, on the main rank)."""
+    taken = [_shown_option(k, v) for k, v in settings.items()
+             if getattr(cfg, k) == v and v != defaults.get(k, _FIELD_DEFAULTS[k])]
+    if taken and os.environ.get("RANK", "0") == "0":
+        print(f"=> -e: the checkpoint's run set {', '.join(taken)} (a flag on the command line "
+              "overrides)", flush=True)
+
+
+def _shown_option(name: str, value: Any) -> str:
+    """An option as it is typed: `--arch resnet18`, `--model-ema`, `--no-channels-last`."""
+    flag = {f.name: f for f in dataclasses.fields(TrainConfig)}[name].metadata["flags"][-1]
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}"
 
 
 def _scalar_type(annotation: str):
@@ -469,10 +493,14 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     is accepted); raises UsageError on bad input. A subclass of TrainConfig adds its own
     fields (and checks, in its `validate_extra`)."""
     defaults = dict(defaults or {})
-    config_file = _config_option(argv)
-    if config_file:
+    script_defaults = dict(defaults)
+    early, settings = _early_options(argv), {}
+    if early.config:
         # the file's values sit between the script's defaults and the command line
-        defaults.update(config_file_defaults(config_file, config_cls))
+        defaults.update(config_file_defaults(early.config, config_cls))
+    elif early.evaluate and early.resume and early.resume != "auto":
+        settings = checkpoint_settings(early.resume)
+        defaults.update(settings)
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
@@ -503,6 +531,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     cfg = config_cls(**ns)
     validate(cfg)
     cfg.validate_extra()
+    if settings:
+        _show_settings(settings, cfg, script_defaults)
     return cfg
 
 

@@ -239,8 +239,8 @@ class Trainer:
         and how to evaluate it."""
         best_path = self.run_dir / checkpoint.BEST
         entry = ENTRIES[self.entry]
-        evaluate = summary.evaluate_command(entry.launcher, entry.script, self.run_dir,
-                                            best_path, self.cfg.data)
+        evaluate = summary.evaluate_command(entry.launcher, entry.script, best_path,
+                                            self.cfg.data)
         best_ema = self.best_ema if self.ema is not None else None
         lifecycle.write_end_record(
             self.log, self.epoch, self.step, self.best.top1, reason,

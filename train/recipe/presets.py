@@ -164,3 +164,35 @@ def scaling_note(cfg, world_size: int, global_batch: int, lr: float) -> List[str
                      f"add --grad-accum {int(accumulate)}")
     return lines
 
+
+
+# What decides the score of a checkpoint: `-e --resume CHECKPOINT` takes these from the run that
+# wrote it (the command line still overrides), so it measures what that run's validation did.
+EVALUATION_SETTINGS = ("arch", "image_size", "val_resize_size", "val_crop_size",
+                       "progressive_resize", "opt_level", "amp_dtype", "channels_last",
+                       "float64", "model_ema", "loss", "label_smoothing", "data_backend",
+                       "dummy", "synthetic_classes", "synthetic_val_size")
+
+
+def checkpoint_settings(resume: str) -> Dict[str, Any]:
+    """The EVALUATION_SETTINGS of the run that wrote `resume` (a checkpoint file or a run dir):
+    from the run dir's config.json, else from the checkpoint's own copy of its config; {} when
+    neither can be read (the checkpoint's loading then says what is wrong)."""
+    path = Path(resume)
+    config = (path if path.is_dir() else path.parent) / "config.json"
+    try:
+        saved = json.loads(config.read_text())
+    except (OSError, ValueError):
+        if not path.is_file():
+            return {}
+        import torch  # only for a checkpoint kept away from its run dir
+
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True
+                               ).get("config") or {}
+        except Exception:
+            return {}
+    settings = {k: saved[k] for k in EVALUATION_SETTINGS if k in saved}
+    if settings.get("progressive_resize") is not None:
+        settings["progressive_resize"] = tuple(settings["progressive_resize"])
+    return settings

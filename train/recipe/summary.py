@@ -59,13 +59,12 @@ def append_csv_row(run_dir: Path, row: Dict[str, float]) -> None:
         writer.writerow({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
 
 
-def evaluate_command(launcher: str, script: str, run_dir: Path, best: Path,
-                     data: Optional[str]) -> str:
-    """The command that scores `best` as this run validated it: the run's own config (sizes,
-    precision, layout) through --config RUN_DIR, one process."""
+def evaluate_command(launcher: str, script: str, best: Path, data: Optional[str]) -> str:
+    """The command that scores `best` as this run validated it, on one process (`-e` takes
+    the model, sizes, precision and layout from the run that wrote the checkpoint)."""
     start = {"python": ["python"], "torchrun": ["torchrun", "--nproc_per_node=1"],
              "horovodrun": ["horovodrun", "-np", "1", "python"]}.get(launcher, ["python"])
-    words = [*start, script, "--config", str(run_dir), "-e", "--resume", str(best)]
+    words = [*start, script, "-e", "--resume", str(best)]
     return shlex.join(words + ([data] if data else []))
 
 
