@@ -358,3 +358,54 @@ def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_fini
     time.sleep(1.0)
     watches[0].finish()
     assert reports == {}
+
+
+# --- what a GPU user is told ----------------------------------------------------------------------
+def test_gpu_hints_name_the_command_that_uses_every_gpu_and_a_faster_level():
+    from recipe.advice import gpu_hints
+
+    (idle, fp32) = gpu_hints("nd", "train/nd.py", False, "cuda", 8, 1, "O0", False)
+    assert "8 GPUs are visible but this node runs 1 process(es) of train/nd.py: 7 stay idle" in idle
+    assert "torchrun --nproc_per_node=8 train/ddp_apex.py" in idle
+    assert "--opt-level O2" in fp32
+    (idle,) = gpu_hints("ddp", "train/ddp.py", True, "cuda", 4, 2, "O1", False)
+    assert "torchrun --nproc_per_node=4 train/ddp.py ..." in idle
+    assert gpu_hints("ddp", "train/ddp.py", True, "cuda", 4, 4, "O2", False) == []
+    assert gpu_hints("ddp", "train/ddp.py", True, "cuda", 1, 2, "O2", True) == []  # --share-gpus
+    assert gpu_hints("dp", "train/dp.py", False, "cuda", 4, 1, "O1", False) == []  # DP uses all
+    assert gpu_hints("nd", "train/nd.py", False, "cpu", 0, 1, "O0", False) == []
+
+
+@pytest.mark.parametrize("batch,accum,suggested", [(256, 1, "-b 128 --grad-accum 2"),
+                                                   (96, 2, "-b 48 --grad-accum 4"),
+                                                   (7, 1, "-b 1 --grad-accum 7")])
+def test_out_of_memory_suggests_a_smaller_batch_that_keeps_the_global_one(batch, accum,
+                                                                           suggested):
+    from recipe.advice import out_of_memory
+
+    text = out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB", batch, accum,
+                         batch * accum * 8, "O2")
+    assert f"at -b {batch} per process (global batch {batch * accum * 8})" in text
+    assert suggested in text and "--resume auto" in text and "O0" not in text
+
+
+def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
+    from recipe.engine import run
+
+    class OutOfMemoryAtSetup:
+        world_size = 1
+
+        @classmethod
+        def from_config(cls, cfg):
+            return cls()
+
+        def setup_environment(self):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
+
+    with pytest.raises(SystemExit) as exit_:
+        run(OutOfMemoryAtSetup, entry="nd", argv=["--dummy", "-b", "64"])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the GPU ran out of memory at -b 64 per process (global batch "
+                          "64): CUDA out of memory. Tried to allocate 2.00 GiB. Lower -b")
+    assert "-b 32 --grad-accum 2" in err and "O1/O2" in err

@@ -14,6 +14,7 @@ from typing import Dict, Iterator, Optional
 import torch
 
 from . import checkpoint, lifecycle, summary
+from .advice import gpu_hints, out_of_memory
 from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
@@ -187,6 +188,12 @@ class Trainer:
                        f"{self.run_dir}")
         for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
             self.log.print(f"=> {line}")
+        entry = ENTRIES[self.entry]
+        visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        for line in gpu_hints(self.entry, entry.script, entry.distributed, self.device.type,
+                              visible, strategy.local_world_size, self.precision.opt_level,
+                              cfg.share_gpus):
+            self.log.print(line)
         if not cfg.evaluate:
             for line in lr_warnings(cfg, self.global_batch, self.lr):
                 self.log.print(line)
@@ -472,6 +479,15 @@ def run(strategy_class, entry: str, description: str = "", argv: Optional[list] 
     except checkpoint.CheckpointWriteError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         trainer.close()
+        sys.exit(lifecycle.EXIT_FAILED)
+    except torch.OutOfMemoryError as err:
+        global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print("error: " + out_of_memory(first_line, cfg.batch_size,
+                                         cfg.grad_accum, global_batch, cfg.opt_level),
+              file=sys.stderr, flush=True)
+        if trainer is not None:
+            trainer.close(teardown=False)  # the other ranks end by their own watch
         sys.exit(lifecycle.EXIT_FAILED)
     except Preempted as stop:
         lifecycle.write_end_record(trainer.log, trainer.epoch, trainer.step,

@@ -1,0 +1,43 @@
+"""What a GPU user is told when the run is set up in a way that wastes GPUs, and when a GPU runs
+out of memory: each line names the fix (the script, the flag, the number).
+
+Plain functions of numbers, so that a machine without a GPU tests them.
+"""
+from __future__ import annotations
+
+from typing import List
+
+
+def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
+              local_processes: int, opt_level: str, share_gpus: bool) -> List[str]:
+    """Start-up notes: GPUs left idle by too few processes, and fp32 on a GPU."""
+    if device_type != "cuda":
+        return []
+    lines = []
+    if visible_gpus > local_processes and not share_gpus and entry != "dp":
+        fix = (f"torchrun --nproc_per_node={visible_gpus} {script} ..." if distributed else
+               f"torchrun --nproc_per_node={visible_gpus} train/ddp_apex.py ... (one process "
+               "per GPU)")
+        lines.append(f"note: {visible_gpus} GPUs are visible but this node runs "
+                     f"{local_processes} process(es) of {script}: {visible_gpus - local_processes} "
+                     f"stay idle. To use them all: {fix}; to use one, set "
+                     "CUDA_VISIBLE_DEVICES")
+    if opt_level == "O0":
+        lines.append("note: O0 trains in fp32 on the GPU, without tensor cores' half types: "
+                     "--opt-level O2 (or O1, train/ddp_apex.py's default) is usually 2-3x faster "
+                     "on Volta and newer GPUs, at the published accuracy")
+    return lines
+
+
+def out_of_memory(first_line: str, batch_size: int, grad_accum: int, global_batch: int,
+                  opt_level: str) -> str:
+    """The message for a CUDA out-of-memory error: a smaller -b that keeps the global batch."""
+    # the largest -b at most half this one that divides it, so the global batch stays exact
+    smaller = max(d for d in range(1, max(batch_size // 2, 1) + 1) if batch_size % d == 0)
+    text = (f"the GPU ran out of memory at -b {batch_size} per process (global batch "
+            f"{global_batch}): {first_line}. Lower -b, and keep the global batch (and so the "
+            f"lr and the schedule) with --grad-accum: -b {smaller} --grad-accum "
+            f"{grad_accum * batch_size // smaller}")
+    if opt_level == "O0":
+        text += "; O1/O2 (half-precision activations) also need about half the memory of O0"
+    return text + ". Continue from the last checkpoint with --resume auto."
