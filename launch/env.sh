@@ -27,16 +27,35 @@ case "$req" in /*) ;; *) req="$repo/$req" ;; esac
 key="$(sha256sum "$req" | cut -c1-16)"
 venv="${RECIPES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes/venv-$key}"
 
-if [ ! -f "$venv/.complete" ]; then
+build() {
   echo "launch/env.sh: creating $venv (first run: downloads torch, several GB)" >&2
   rm -rf "$venv"
-  mkdir -p "$(dirname "$venv")"
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet -r "$req"
-  dali=""; if grep -q '^nvidia-dali' "$req"; then dali=", nvidia.dali"; fi
-  "$venv/bin/python" -c "import torch, torchvision, tensorboard$dali" # fail here, not mid-run
+  # fail here, not mid-run: import what the file asks for of these
+  local modules=() package module
+  for package in torch torchvision tensorboard nvidia-dali; do
+    module="${package/nvidia-dali/nvidia.dali}"
+    if grep -q "^$package" "$req"; then modules+=("$module"); fi
+  done
+  [ ${#modules[@]} = 0 ] || "$venv/bin/python" -c "import $(IFS=,; echo "${modules[*]}")"
   touch "$venv/.complete"
+}
+
+if [ ! -f "$venv/.complete" ]; then
+  mkdir -p "$(dirname "$venv")"
+  if command -v flock >/dev/null; then
+    # Several processes may get here at once (every node of a SLURM job, on a shared home):
+    # one builds the environment while the others wait for it, then use it.
+    exec 9>"$venv.lock"
+    flock 9
+    [ -f "$venv/.complete" ] || build
+    flock -u 9
+    exec 9>&-
+  else
+    build
+  fi
 fi
 
 export PATH="$venv/bin:$PATH"
