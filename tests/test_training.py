@@ -295,3 +295,28 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
     run_script("nd.py", ["-e", "--resume", run_dir / "model_best_ema.pth", "--no-model-ema",
                          "--logdir", tmp_path, "--run-name", "eval-ema", tiny_imagefolder])
     assert records(tmp_path / "eval-ema", "val")[0]["top1"] == best_ema["top1"]
+
+
+def test_save_every_keeps_epochs_and_export_weights_loads_into_torchvision(tiny_imagefolder,
+                                                                            tmp_path):
+    import torchvision
+
+    run_dir = tmp_path / "run"
+    run_script("nd.py", TINY + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "1",
+                                "--save-every", "2", "--export-weights", tmp_path / "best.pth",
+                                "--logdir", tmp_path, "--run-name", "run", tiny_imagefolder])
+    kept = sorted(p.name for p in run_dir.glob("checkpoint-epoch*.pth"))
+    assert kept == ["checkpoint-epoch1.pth"]  # epochs 0, 1, 2: every 2nd
+    assert torch.load(run_dir / kept[0], weights_only=True)["epoch"] == 2  # the epoch to run next
+    model = torchvision.models.get_model("resnet18", num_classes=4)
+    model.load_state_dict(torch.load(tmp_path / "best.pth", weights_only=True))  # strict
+    best = _weights(run_dir / "model_best.pth")
+    assert all(torch.equal(v, best[k]) for k, v in model.state_dict().items())
+    # -e exports the weights it evaluated
+    run_script("nd.py", ["-e", "--resume", run_dir / kept[0], "--export-weights",
+                         tmp_path / "epoch1.pth", "--logdir", tmp_path, "--run-name", "eval",
+                         tiny_imagefolder])
+    exported, saved = torch.load(tmp_path / "epoch1.pth", weights_only=True), _weights(
+        run_dir / kept[0])
+    assert exported.keys() == saved.keys()
+    assert all(torch.equal(exported[k], saved[k]) for k in saved)

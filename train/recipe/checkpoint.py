@@ -47,11 +47,13 @@ class CheckpointWriteError(Exception):
     """The new checkpoint could not be written (e.g. a full disk); the previous one is intact."""
 
 
-def save(state: Dict[str, Any], run_dir: Path, is_best: bool, ema_is_best: bool = False) -> Path:
+def save(state: Dict[str, Any], run_dir: Path, is_best: bool, ema_is_best: bool = False,
+         keep_as: Optional[str] = None) -> Path:
     """Write LATEST, keeping the previous LATEST as PREVIOUS. At every instant at least one
     complete checkpoint is on disk under one of the two names. `is_best`: also copy it to BEST;
     `ema_is_best`: write BEST_EMA, the same state with the moving average as its model (so
-    `-e --resume` of it scores the average)."""
+    `-e --resume` of it scores the average); `keep_as`: also keep it under that name (a hard
+    link: no copy, and later saves leave it as it is)."""
     path = run_dir / LATEST
     try:
         if path.is_file():  # a hard link costs no space and is replaced atomically
@@ -59,6 +61,8 @@ def save(state: Dict[str, Any], run_dir: Path, is_best: bool, ema_is_best: bool 
         _atomic(path, lambda tmp: torch.save(state, tmp))
         if is_best:
             _atomic(run_dir / BEST, lambda tmp: shutil.copyfile(path, tmp))
+        if keep_as:
+            _atomic(run_dir / keep_as, lambda tmp: os.link(path, tmp))
         if ema_is_best:
             average = {**state, "model": state["model_ema"]["model"], "model_ema": None}
             _atomic(run_dir / BEST_EMA, lambda tmp: torch.save(average, tmp))
@@ -66,6 +70,14 @@ def save(state: Dict[str, Any], run_dir: Path, is_best: bool, ema_is_best: bool 
         raise CheckpointWriteError(f"could not write a checkpoint in {run_dir} ({err}); the "
                                    f"previous one, if any, is intact") from None
     return path
+
+
+def export_weights(model_state: Dict[str, torch.Tensor], path: Path) -> None:
+    """The model's weights alone, floating point ones as fp32, keyed as the bare torchvision
+    model names them: `torchvision.models.get_model(arch).load_state_dict(torch.load(path))`."""
+    weights = {k: v.float() if v.is_floating_point() else v for k, v in model_state.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic(path, lambda tmp: torch.save(weights, tmp))
 
 
 def load(path: Path) -> Dict[str, Any]:

@@ -309,6 +309,14 @@ class TrainConfig:
     checkpoint_every: int = field(default=0, metadata=opt(
         CHECKPOINTING, "--checkpoint-every", help="also checkpoint every N optimizer steps "
                                                   "inside an epoch (0: only at epoch ends)"))
+    save_every: int = field(default=0, metadata=opt(
+        CHECKPOINTING, "--save-every", only=ENGINE_ENTRIES,
+        help="also keep every Nth epoch's checkpoint as checkpoint-epochE.pth (0: keep only "
+             "the newest, the one before it and the best)"))
+    export_weights: Optional[str] = field(default=None, metadata=opt(
+        CHECKPOINTING, "--export-weights", metavar="FILE", only=ENGINE_ENTRIES,
+        help="at the end, write the best model's weights (with -e: the evaluated ones) to FILE "
+             "alone, fp32, as torchvision's models load them"))
     evaluate: bool = field(default=False, metadata=opt(
         CHECKPOINTING, "-e", "--evaluate",
         help="only evaluate the model (with --resume or --pretrained)", only=ENGINE_ENTRIES,
@@ -543,6 +551,8 @@ def validate(cfg: TrainConfig) -> None:
         if getattr(cfg, name) <= 0:
             flag = "--" + name.replace("_", "-")
             raise UsageError(f"{flag} must be a positive integer, got {getattr(cfg, name)}")
+    if cfg.save_every < 0:
+        raise UsageError(f"--save-every must be >= 0 (0: off), got {cfg.save_every}")
     if cfg.start_epoch < 0 or (cfg.start_epoch >= cfg.epochs and not cfg.evaluate):
         raise UsageError(f"--start-epoch {cfg.start_epoch} must be in [0, --epochs {cfg.epochs})")
     for name, low, inclusive in (("lr", 0.0, False), ("momentum", 0.0, True),

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Dict, Iterator, Optional
 
 import torch
@@ -220,6 +221,7 @@ class Trainer:
             self.validate()
             if self.ema is not None:
                 self.validate_ema()
+            self.export_weights(self.strategy.module_state_dict())
             return
         reason = "finished"
         self.clock = RunClock(total=self.cfg.epochs * self.steps_per_epoch)
@@ -259,6 +261,16 @@ class Trainer:
         for line in summary.closing_lines(reason, epochs, seconds, samples, self.best, best_ema,
                                           best_path, evaluate):
             self.log.print(line)
+        if self.cfg.export_weights and self.strategy.is_main() and best_path.is_file():
+            self.export_weights(checkpoint.load(best_path)["model"])
+
+    def export_weights(self, model_state: dict) -> None:
+        """--export-weights: the weights alone, for torchvision (the main rank writes)."""
+        if self.cfg.export_weights and self.strategy.is_main():
+            checkpoint.export_weights(model_state, Path(self.cfg.export_weights))
+            self.log.print(f"=> weights exported to {self.cfg.export_weights} (load them with "
+                           f"torchvision.models.get_model({self.cfg.arch!r}, num_classes="
+                           f"{self.num_classes}).load_state_dict(torch.load(...)))")
 
     def train_one_epoch(self) -> Dict[str, float]:
         cfg, strategy = self.cfg, self.strategy
@@ -443,7 +455,10 @@ class Trainer:
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
         }
-        path = checkpoint.save(state, self.run_dir, is_best, ema_is_best)
+        keep = (epoch_step is None and self.cfg.save_every
+                and (self.epoch + 1) % self.cfg.save_every == 0)
+        path = checkpoint.save(state, self.run_dir, is_best, ema_is_best,
+                               keep_as=f"checkpoint-epoch{self.epoch}.pth" if keep else None)
         self.log.write("checkpoint", epoch=self.epoch, step=self.step, path=str(path),
                        best=is_best, seconds=time.perf_counter() - start)
 
