@@ -37,6 +37,8 @@ build() {
   local modules=() package module
   for package in torch torchvision tensorboard nvidia-dali; do
     module="${package/nvidia-dali/nvidia.dali}"
+    # DALI has Linux wheels only: requirements.txt skips it elsewhere (a platform marker)
+    if [ "$package" = nvidia-dali ] && [ "$(uname -s)" != Linux ]; then continue; fi
     if grep -q "^$package" "$req"; then modules+=("$module"); fi
   done
   [ ${#modules[@]} = 0 ] || "$venv/bin/python" -c "import $(IFS=,; echo "${modules[*]}")"
