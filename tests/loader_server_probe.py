@@ -12,7 +12,14 @@ if __name__ == "__main__":
     from recipe.launch import loader_worker_context, start_loader_server
 
     start_loader_server(parse_args(["-j", "2", "data"], entry="nd"))
-    with loader_worker_context().Pool(1) as pool:
+    pool = loader_worker_context().Pool(1)
+    try:
         for name in ("recipe.data.pytorch", "torch", "torchvision"):
             held = pool.apply(eval, (f"__import__('sys').modules.get({name!r}) is not None",))
             print(name, "yes" if held else "no", flush=True)
+    finally:
+        # close + join, never terminate (what `with Pool()` does): a process forked from the
+        # server inherits its SIGTERM = ignore (data/worker_server.py), so terminate's SIGTERM
+        # does nothing, and a worker whose stop sentinel terminate drained waits forever
+        pool.close()
+        pool.join()
