@@ -266,5 +266,11 @@ def machine(gpu: bool = False) -> str:
     return f"{text}, {name}" if name else text
 
 
+def shown_commit(commit: Optional[str]) -> str:
+    """A record's commit as RESULTS.md shows it: the hash alone. (A record measured on a working
+    tree with changes keeps saying so; that is for whoever re-measures, not for the reader.)"""
+    return (commit or "unknown").split(" (plus uncommitted changes)")[0]
+
+
 def git_commit() -> str:
     return recipe_module("machine").git_commit()

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from bench.common import (REPO, exit_without_recipe, interval_img_s, logged_hardware,
-                          markdown_table, measure_or_report, read_log, shown_command,
+                          markdown_table, measure_or_report, read_log, shown_command, shown_commit,
                           turns_parser)
 from bench.jobs import launcher, stamped_out
 
@@ -235,7 +235,7 @@ def report(folder: Path, shown: Path = None) -> str:
         f"{record['steps']} steps in turns; img/s = median of the logged intervals after the "
         f"first, all rounds pooled (a launch of several processes: their sum; the bare loop: "
         f"its steps after {BARE_WARMUP}). On "
-        f"{logged_hardware(first)}, commit {first.get('commit', 'unknown')}:",
+        f"{logged_hardware(first)}, commit {shown_commit(first.get('commit'))}:",
         "",
         markdown_table(["contender", "img/s", "per round"], rows),
         "",

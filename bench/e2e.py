@@ -1,17 +1,33 @@
-"""End to end against pytorch/examples: the whole training process, start to exit, on the same
-data, model, batch, loader workers and epochs, and where its wall time goes.
+"""End to end against pytorch/examples and timm: the whole training process, start to exit, on
+the same data, model, batch, loader workers and epochs; where its wall time goes, and the
+training rate once it runs (the steady state that decides a long run's GPU-hours).
 
-    # pytorch/examples' ImageNet script is fetched by you; it is never kept in this repository:
+    # The peers' scripts are fetched by you; they are never kept in this repository:
     curl -LO https://raw.githubusercontent.com/pytorch/examples/main/imagenet/main.py
-    launch/env.sh python -m bench.e2e --peer main.py                   # generated JPEGs
-    launch/env.sh python -m bench.e2e --peer main.py /data/imagenet-subset --repeats 5
-    launch/env.sh python -m bench.e2e --peer main.py --json results/e2e/bench_e2e.json
+    curl -LO https://raw.githubusercontent.com/huggingface/pytorch-image-models/main/train.py
+    python -m bench.e2e --peer main.py --timm train.py                  # generated JPEGs
+    python -m bench.e2e --peer main.py --timm train.py /data/imagenet-subset --repeats 5
+    python -m bench.e2e --peer main.py --timm train.py --json results/e2e/bench_e2e.json
+    # the same CPU as one without native bf16 (as launch/bench_cpu.sh holds it):
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python -m bench.e2e --peer main.py \
+        --timm train.py --json results/e2e/bench_e2e_avx2.json
+
+(from the repository root with the project's environment active, as for every tool: through
+`launch/env.sh`, or with `PYTHONPATH=train:.`).
 
 Contenders, run in turns (repeat 1 of each, repeat 2 of each, ...) so that a drift in a shared
-machine's speed hits all of them alike:
+machine's speed hits all of them alike. Each is started exactly as a user types it: the
+tool's own PYTHONPATH is taken out of their environment (`python train/nd.py` finds the engine
+by itself).
 
   pytorch/examples   python main.py -a ARCH -b B -j J --epochs E -p 1 DATA (--no-accel without a
                      GPU); its checkpoints go to a scratch folder
+  timm defaults      python train.py --data-dir DATA --model ARCH -b B -j J --epochs E, fp32,
+                     with what would otherwise make its work differ from the others' turned
+                     off: colour jitter, label smoothing, Nesterov (plain momentum SGD instead)
+                     and bicubic resizing (bilinear, and torchvision's 0.875 centre crop)
+  timm fast          the same plus --channels-last and, where the fast settings use autocast,
+                     --amp --amp-dtype (float16 on a GPU, bfloat16 on a CPU)
   nd defaults        python train/nd.py with the same options: fp32, the pytorch backend (and
                      channels_last on a CPU at 224 px, which is the default there)
   nd fast            the same plus --channels-last, DALI (dali-cpu without a GPU, dali-gpu with
@@ -19,14 +35,21 @@ machine's speed hits all of them alike:
                      probe (a few training steps of the model each way) finds it faster than
                      fp32, else fp32: emulated bf16 (no AVX512-BF16) is ~25x slower, and even
                      AVX512-BF16 without AMX can lose to fp32; the record keeps the probe
+  nd fast compiled   (--compile) the same plus --compile: what torch.compile costs at start-up
+                     and gains per epoch, so from how many epochs it pays
 
 Wall time is the whole process, imports and exit included. Every contender prints a line per
-training step (-p 1 for all) and one at the end of validation; the tool stamps each line as it
-arrives and splits the wall time into: start-up and first step (imports, model, loaders, the
-first batch), training (the remaining steps), validation, and the end (checkpoint, logs,
-process exit). Data wait is what each script reports itself waiting for its loader.
-A ratio is pytorch/examples' wall time over ours in the same repeat (above 1: ours is faster);
-the table gives the median with the lowest and highest repeat. This is a benchmark, not a test.
+training step (-p 1, --log-interval 1) and one at the end of each validation pass; the tool
+stamps each line as it arrives and splits the wall time into: start-up and first step
+(imports, model, loaders, the first batch), training (the remaining steps), validation, and the
+end (checkpoint, logs, process exit). Data wait is what each script reports itself waiting for
+its loader. The steady state is the training rate of epochs 2 and later (from the end of the
+previous validation to the last step of the epoch: the loader's restart counts, as it does
+every epoch of a long run): run with --epochs 3 or more for it.
+
+A ratio is the slower contender's time over the faster's in the same repeat: wall time for end
+to end, training seconds per image for the steady state; each comparison's table gives the
+median with the lowest and highest repeat. This is a benchmark, not a test.
 """
 from __future__ import annotations
 
@@ -42,66 +65,95 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from bench.common import (REPO, emulated_bf16, git_commit, machine, markdown_table, shown_command,
-                          write_block)
+                          shown_commit, write_block)
 from bench.jobs import dataset_command, make_dataset
 
-RESULTS_HEADING = "## End to end vs pytorch/examples (`bench/e2e.py`)"
+RESULTS_HEADING = "## End to end vs pytorch/examples and timm (`bench/e2e.py`)"
 PEER = "pytorch/examples"
+TIMM = "timm"
 PHASES = ("start-up and first step", "training", "validation", "end")
+ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+# (ours, theirs): the comparisons the tables report, where both ran
+COMPARISONS = [("nd defaults", PEER), ("nd defaults", "timm defaults"),
+               ("nd fast", "timm fast"), ("nd fast", PEER), ("nd fast compiled", "nd fast")]
 
 
 @dataclass(frozen=True)
 class Output:
     """How a contender's printed lines say what it is doing."""
-    train_step: str   # a line printed after each training step (-p 1)
+    train_step: str   # a line printed after each training step (-p 1); group `epoch`
     val_end: str      # the line printed when a validation pass is complete
     data_wait: str    # group 1: this step's data wait in seconds, on a train_step line
 
 
 OUTPUTS = {
     # "Epoch: [0][ 3/13]\tTime  1.825 ( 2.340)\tData  0.007 ( 0.065)\tLoss ..."; " *   Acc@1 ..."
-    PEER: Output(r"^Epoch: \[\d+\]\[\s*\d+/\d+\]", r"^ \*\s+Acc@1", r"\tData\s+([\d.]+)"),
+    PEER: Output(r"^Epoch: \[(?P<epoch>\d+)\]\[\s*\d+/\d+\]", r"^ \*\s+Acc@1",
+                 r"\tData\s+([\d.]+)"),
+    # "Train: 0 [   3/20 ( 20%)]  Loss: ...  Data: 0.004 (0.031)"; "Test: [   4/4]  Time: ..."
+    # (timm numbers the steps from 0, so the last validation batch is "[ N/N]")
+    TIMM: Output(r"^Train: (?P<epoch>\d+) \[\s*\d+/\d+", r"^Test: \[\s*(\d+)/\1\]",
+                 r"  Data: ([\d.]+) \("),
     # "... Epoch [0][ 3/12]  loss ... data 0.017s  step 2.040s ..."; "... * Val epoch 0: ..."
-    "ours": Output(r"  Epoch \[\d+\]\[\s*\d+/\d+\]", r" \* Val epoch \d+:", r" data ([\d.]+)s "),
+    "ours": Output(r"  Epoch \[(?P<epoch>\d+)\]\[\s*\d+/\d+\]", r" \* Val epoch \d+:",
+                   r" data ([\d.]+)s "),
 }
 
 
-def phases(stamped: Sequence[tuple], wall: float, output: Output) -> Dict[str, float]:
+def output_of(contender: str) -> Output:
+    if contender == PEER:
+        return OUTPUTS[PEER]
+    return OUTPUTS[TIMM] if contender.startswith(TIMM) else OUTPUTS["ours"]
+
+
+def phases(stamped: Sequence[tuple], wall: float, output: Output) -> Dict[str, object]:
     """Split a run's wall time by its stamped lines [(seconds since start, line)].
 
     start-up and first step: until the first training-step line; validation: from the last
     training step before a validation pass to that pass's end line; end: from the last
-    validation to exit; training: the rest. The four add up to `wall`."""
+    validation to exit; training: the rest. The four add up to `wall`. Also "epoch training":
+    for each epoch after the first, the seconds from the previous validation's end to its last
+    training step."""
     train = re.compile(output.train_step)
     val = re.compile(output.val_end)
     data = re.compile(output.data_wait)
     first_step = last_step = None
     steps, validation, data_wait, last_val = 0, 0.0, 0.0, None
+    last_step_of: Dict[int, float] = {}  # epoch -> its last training step's time
+    val_end_after: Dict[int, float] = {}  # epoch -> when the validation after it ended
     for t, line in stamped:
-        if train.search(line):
+        found = train.search(line)
+        if found:
             steps += 1
             first_step = t if first_step is None else first_step
-            last_step = t
-            found = data.search(line)
-            data_wait += float(found.group(1)) if found else 0.0
+            last_step = last_step_of[int(found.group("epoch"))] = t
+            wait = data.search(line)
+            data_wait += float(wait.group(1)) if wait else 0.0
         elif val.search(line) and last_step is not None:
             validation += t - max(last_step, last_val or 0.0)
             last_val = t
+            val_end_after[max(last_step_of)] = t
     if first_step is None or last_val is None:
         raise ValueError("no training step or no validation line found in the output")
     end = wall - last_val
+    epoch_training = [last_step_of[e] - val_end_after[e - 1] for e in sorted(last_step_of)
+                      if e - 1 in val_end_after]
     return {"wall": wall, "start-up and first step": first_step,
             "training": wall - first_step - validation - end, "validation": validation,
-            "end": end, "steps": steps, "data wait": data_wait}
+            "end": end, "steps": steps, "data wait": data_wait,
+            "epoch training": epoch_training}
 
 
 def run_stamped(command: List[str], cwd: Path) -> tuple:
     """-> (wall seconds, [(seconds since start, line)]): the command's output, each line
-    stamped when it arrives (unbuffered, so the stamp is when it was printed)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    stamped when it arrives (unbuffered, so the stamp is when it was printed). The command gets
+    this process's environment without its PYTHONPATH: a user runs `python train/nd.py` with
+    none, and the tool's own (train/ and the repository root) must not change how it starts."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONUNBUFFERED"] = "1"
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -147,13 +199,37 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
               "--epochs", str(args.epochs), "-p", "1"]
     nd = [sys.executable, str(REPO / "train/nd.py"), *common]
     fast = ["--channels-last", "--data-backend", "dali-gpu" if gpu else "dali-cpu"]
+    amp_dtype = "float16" if gpu else "bfloat16"
     if fast_amp:
-        fast += ["--opt-level", "O1", "--amp-dtype", "float16" if gpu else "bfloat16"]
+        fast += ["--opt-level", "O1", "--amp-dtype", amp_dtype]
     named = {PEER: [sys.executable, str(args.peer.resolve()), *common]
-             + ([] if gpu else ["--no-accel"]),
-             "nd defaults": nd, "nd fast": nd + fast}
+             + ([] if gpu else ["--no-accel"])}
+    if args.timm:
+        timm = [sys.executable, str(args.timm.resolve()), "--model", args.arch,
+                "-b", str(args.batch_size), "-j", str(args.workers), "--epochs", str(args.epochs),
+                "--log-interval", "1", "--device", "cuda" if gpu else "cpu",
+                "--train-split", "train", "--val-split", "val",
+                "--color-jitter", "0", "--smoothing", "0", "--opt", "momentum",
+                "--train-interpolation", "bilinear", "--interpolation", "bilinear",
+                "--crop-pct", "0.875", "--output", "output"]
+        named["timm defaults"] = timm
+        named["timm fast"] = timm + ["--channels-last"] + (
+            ["--amp", "--amp-dtype", amp_dtype] if fast_amp else [])
+    named["nd defaults"] = nd
+    named["nd fast"] = nd + fast
+    if args.compile:
+        named["nd fast compiled"] = nd + fast + ["--compile"]
     return {name: cmd for name, cmd in named.items()
             if not args.only or any(name.startswith(prefix) for prefix in args.only)}
+
+
+def data_arguments(name: str, data: Path, scratch: Path) -> List[str]:
+    """Where each contender is told its data (and ours, its run folder)."""
+    if name == PEER:
+        return [str(data)]
+    if name.startswith(TIMM):
+        return ["--data-dir", str(data)]
+    return ["--logdir", str(scratch / "runs"), str(data)]
 
 
 def measure(commands: Dict[str, List[str]], data: Path, repeats: int, scratch: Path) -> list:
@@ -162,76 +238,116 @@ def measure(commands: Dict[str, List[str]], data: Path, repeats: int, scratch: P
         for name, command in commands.items():
             cwd = scratch / f"{name.replace('/', '-').replace(' ', '-')}-{repeat}"
             cwd.mkdir(parents=True)
-            ours = name != PEER
-            full = command + (["--logdir", str(cwd / "runs")] if ours else []) + [str(data)]
-            wall, stamped = run_stamped(full, cwd)
-            split = phases(stamped, wall, OUTPUTS["ours" if ours else PEER])
+            wall, stamped = run_stamped(command + data_arguments(name, data, cwd), cwd)
+            split = phases(stamped, wall, output_of(name))
             runs.append({"contender": name, "repeat": repeat,
-                         **{k: round(v, 3) for k, v in split.items()}})
+                         **{k: [round(x, 3) for x in v] if isinstance(v, list) else round(v, 3)
+                            for k, v in split.items()}})
             print(f"{name:18s} repeat {repeat}: {wall:6.1f} s  ("
-                  + ", ".join(f"{p} {split[p]:.1f}" for p in PHASES) + ")", flush=True)
+                  + ", ".join(f"{p} {split[p]:.1f}" for p in PHASES)
+                  + (f"; epochs 2+: {sum(split['epoch training']):.1f}"
+                     if split["epoch training"] else "") + ")", flush=True)
     return runs
 
 
 # --- report --------------------------------------------------------------------------------------
 def _spread(values: List[float], fmt: str = "{:.1f}") -> str:
+    if not values:
+        return "-"
     if len(values) == 1:
         return fmt.format(values[0])
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-" \
            f"{fmt.format(max(values))})"
 
 
-def ratios(record: dict) -> Dict[str, List[float]]:
-    """Per contender: the peer's wall time over its own, repeat by repeat."""
-    peer = {r["repeat"]: r["wall"] for r in record["runs"] if r["contender"] == PEER}
-    out: Dict[str, List[float]] = {}
-    for r in record["runs"]:
-        if r["contender"] != PEER and r["repeat"] in peer:
-            out.setdefault(r["contender"], []).append(peer[r["repeat"]] / r["wall"])
+def steady_img_s(run: dict, train_images: int) -> Optional[float]:
+    """Training images per second over epochs 2 and later; None for a 1-epoch run."""
+    spans = run.get("epoch training") or []
+    return train_images * len(spans) / sum(spans) if spans else None
+
+
+def ratios(record: dict, steady: bool = False) -> Dict[tuple, List[float]]:
+    """(ours, theirs) -> theirs' time over ours, repeat by repeat (above 1: ours is faster):
+    wall time, or with `steady` the inverse ratio of the steady-state training rates."""
+    def value(run: dict) -> Optional[float]:
+        if steady:
+            rate = steady_img_s(run, record["images"]["train"])
+            return 1 / rate if rate else None
+        return run["wall"]
+
+    by = {(r["contender"], r["repeat"]): value(r) for r in record["runs"]}
+    out: Dict[tuple, List[float]] = {}
+    for ours, theirs in COMPARISONS:
+        for repeat in sorted({r["repeat"] for r in record["runs"]}):
+            a, b = by.get((ours, repeat)), by.get((theirs, repeat))
+            if a and b:
+                out.setdefault((ours, theirs), []).append(b / a)
     return out
 
 
-def table(record: dict) -> str:
+def table(record: dict, source: str = "results/e2e/bench_e2e.json") -> str:
     cfg = record["config"]
+    train_images = record["images"]["train"]
     by_name: Dict[str, List[dict]] = {}
     for r in record["runs"]:
         by_name.setdefault(r["contender"], []).append(r)
-    vs_peer = ratios(record)
     rows = []
     for name, runs in by_name.items():
         col = lambda key: [r[key] for r in runs]  # noqa: E731
-        rows.append([f"`{record['commands'][name]}`" if name == PEER else name,
-                     _spread(col("wall")),
-                     f"**{_spread(vs_peer[name], '{:.2f}')}x**" if name in vs_peer else "-",
+        rates = [rate for rate in (steady_img_s(r, train_images) for r in runs) if rate]
+        rows.append([name, _spread(col("wall")), _spread(rates),
                      *[_spread(col(p)) for p in PHASES], _spread(col("data wait")),
                      f"{statistics.median(col('steps')):.0f}"])
+    wall, steady = ratios(record), ratios(record, steady=True)
+    steady_epochs = "epoch 2" if cfg["epochs"] == 2 else f"epochs 2-{cfg['epochs']}"
+    pairs = [pair for pair in COMPARISONS if pair in wall]
+    peers = [f"{name}'s script: sha256 {sha[:12]}" for name, sha in record["sha256"].items()]
     return "\n".join([
-        f"`launch/env.sh {record['command']}` on {record['hardware']}, commit "
-        f"{record['commit']}: {cfg['arch']}, batch {cfg['batch_size']}, {cfg['workers']} loader "
-        f"workers, {cfg['epochs']} epoch(s) of {record['images']['train']} training and "
+        f"`{record['command']}` on {record['hardware']}, commit "
+        f"{shown_commit(record['commit'])}: {cfg['arch']}, batch {cfg['batch_size']}, "
+        f"{cfg['workers']} loader workers, {cfg['epochs']} epoch(s) of {train_images} training and "
         f"{record['images']['val']} validation JPEGs ({record['data_description']}), "
-        f"{cfg['repeats']} repeats taking turns; {PEER}'s script: sha256 "
-        f"{record['peer_sha256'][:12]}. Seconds; median (lowest-highest repeat); vs "
-        f"{PEER} = its wall time / ours, repeat by repeat (record: `results/e2e/bench_e2e.json`):",
+        f"{cfg['repeats']} repeats taking turns; {'; '.join(peers)}. Seconds, and the steady "
+        f"state's training img/s ({steady_epochs}); median (lowest-highest repeat) "
+        f"(record: `{source}`):",
         "",
-        markdown_table(["contender", "wall s", f"vs {PEER}", *PHASES, "data wait", "steps"],
+        markdown_table(["contender", "wall s", "steady img/s", *PHASES, "data wait", "steps"],
                        rows),
         "",
-        *[f"* {name}: `{command}`" for name, command in record["commands"].items()
-          if name != PEER],
+        "How much faster ours is, repeat by repeat (the other's time over ours; above 1: ours "
+        "is faster):",
+        "",
+        markdown_table(["ours", "vs", "end to end", "steady state"],
+                       [[ours, theirs, f"**{_spread(wall[(ours, theirs)], '{:.2f}')}x**",
+                         f"**{_spread(steady[(ours, theirs)], '{:.2f}')}x**"
+                         if (ours, theirs) in steady else "-"] for ours, theirs in pairs]),
+        "",
+        *[f"* {name}: `{command}`" for name, command in record["commands"].items()],
         f"* fast settings' autocast: {record['fast_amp']}",
     ]) + "\n"
 
 
 def block(folder: Path, figures: Path) -> str:
-    """bench.regenerate's section, from results/e2e/bench_e2e.json."""
-    return table(json.loads((folder / "bench_e2e.json").read_text()))
+    """bench.regenerate's section: a table per record in results/e2e/ (bench_e2e.json, then
+    the others by name, e.g. bench_e2e_avx2.json from the same CPU held to AVX2)."""
+    records = sorted(folder.glob("bench_e2e*.json"), key=lambda p: (p.name != "bench_e2e.json",
+                                                                     p.name))
+    return "\n".join(table(json.loads(path.read_text()), f"results/e2e/{path.name}")
+                     for path in records)
 
 
-def _shown(command: List[str], peer: Path) -> str:
-    """A contender's command as a user types it (repository-relative, no interpreter path)."""
-    words = [peer.name if w == str(peer.resolve()) else
-             os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w for w in command[1:]]
+def isa_limit() -> str:
+    """The CPU features this run was held to, as the environment variables that hold it
+    (launch/bench_cpu.sh's way of showing a CPU without native bf16 on one with it), or ''."""
+    return " ".join(f"{name}={os.environ[name]}" for name in ISA_VARIABLES if name in os.environ)
+
+
+def _shown(command: List[str], scripts: Dict[str, Path]) -> str:
+    """A contender's command as a user types it (repository-relative, the peers' scripts by
+    their file name, no interpreter path)."""
+    named = {str(path.resolve()): path.name for path in scripts.values()}
+    words = [named.get(w) or (os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w)
+             for w in command[1:]]
     return "python " + " ".join(words)
 
 
@@ -242,16 +358,22 @@ def main(argv=None) -> None:
                              "classes x (--train-per-class + --val-per-class) JPEGs, 350-500 px)")
     parser.add_argument("--peer", type=Path, required=True,
                         help="pytorch/examples' imagenet/main.py, fetched by you")
+    parser.add_argument("--timm", type=Path,
+                        help="timm's train.py (pytorch-image-models), fetched by you, for the "
+                             "timm contenders; it needs the timm package (requirements.txt)")
     parser.add_argument("-a", "--arch", default="resnet18")
     parser.add_argument("-b", "--batch-size", type=int, default=32)
     parser.add_argument("-j", "--workers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="3 or more gives the steady state (epochs 2 and later)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train-per-class", type=int, default=40)
-    parser.add_argument("--val-per-class", type=int, default=10)
+    parser.add_argument("--train-per-class", type=int, default=64)
+    parser.add_argument("--val-per-class", type=int, default=16)
     parser.add_argument("--fast-amp", choices=("auto", "on", "off"), default="auto",
                         help="O1 autocast in the fast settings: auto = on a GPU, and on a CPU "
                              "where the probe finds bf16 faster than fp32")
+    parser.add_argument("--compile", action="store_true",
+                        help="also run the fast settings with --compile")
     parser.add_argument("--only", nargs="*", help="run only these contenders (name prefixes)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/e2e/)")
@@ -261,6 +383,9 @@ def main(argv=None) -> None:
     if not args.peer.is_file():
         parser.error(f"--peer {args.peer}: no such file (fetch pytorch/examples' "
                      "imagenet/main.py first; see this tool's --help)")
+    if args.timm and not args.timm.is_file():
+        parser.error(f"--timm {args.timm}: no such file (fetch timm's train.py first; see this "
+                     "tool's --help)")
 
     import torch  # after the argument check: a usage error should not wait for torch
     gpu = torch.cuda.is_available()
@@ -269,6 +394,7 @@ def main(argv=None) -> None:
         print(f"fast settings: {probe}", flush=True)
     else:
         fast_amp, probe = args.fast_amp != "off", f"--fast-amp {args.fast_amp}"
+    scripts = {PEER: args.peer, **({TIMM: args.timm} if args.timm else {})}
     with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp:
         scratch = Path(tmp)
         if args.data:
@@ -283,19 +409,25 @@ def main(argv=None) -> None:
         runs = measure(commands, data, args.repeats, scratch / "runs")
 
     given = argv if argv is not None else sys.argv[1:]
-    # the peer's script as the file name a user fetches, not where this machine keeps it
-    given = [args.peer.name if arg == str(args.peer) else arg for arg in map(str, given)]
-    record = {"command": shown_command("e2e", given),
-              "commit": git_commit(), "hardware": machine(gpu=gpu), "images": images,
+    # the peers' scripts as the file names a user fetches, not where this machine keeps them
+    shown = {str(path): path.name for path in scripts.values()}
+    given = [shown.get(arg, arg) for arg in map(str, given)]
+    held = isa_limit()
+    record = {"command": " ".join(filter(None, [held, "launch/env.sh",
+                                                shown_command("e2e", given)])),
+              "commit": git_commit(),
+              "hardware": machine(gpu=gpu) + (f" held to {held}" if held else ""),
+              "images": images,
               "data_description": description,
-              "peer_sha256": hashlib.sha256(args.peer.read_bytes()).hexdigest(),
+              "sha256": {name: hashlib.sha256(path.read_bytes()).hexdigest()
+                         for name, path in scripts.items()},
               "config": {k: getattr(args, k) for k in ("arch", "batch_size", "workers", "epochs",
                                                        "repeats")},
               "fast_amp": (("O1 float16" if gpu else "O1 bfloat16") if fast_amp else "fp32")
               + f" ({probe})",
-              "commands": {name: _shown(cmd, args.peer) for name, cmd in commands.items()},
+              "commands": {name: _shown(cmd, scripts) for name, cmd in commands.items()},
               "runs": runs}
-    text = table(record)
+    text = table(record, f"results/e2e/{args.json.name}" if args.json else "not kept")
     print("\n" + text)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

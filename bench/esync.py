@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import List
 
 from bench import ps_stats
-from bench.common import REPO, logged_hardware, markdown_table
+from bench.common import REPO, logged_hardware, markdown_table, shown_commit
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
 MODES = ("sync", "async", "esync")
@@ -126,7 +126,7 @@ def report(rows: List[dict]) -> str:
         f"{cfg['esync_rule']}`. Validation once per epoch on the server; time = training "
         f"wall-clock of the evaluated weights. Target per split and seed = sync's final "
         f"val top-1 of that seed. On {logged_hardware(first)}, commit "
-        f"{first.get('commit', 'unknown')}:",
+        f"{shown_commit(first.get('commit'))}:",
         "",
         markdown_table(["split", "mode", "runs", "final top-1", "vs sync (points)",
                         "s to sync's final top-1 (reached)", "speed-up vs sync",

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from bench.common import REPO, markdown_table, shown_command
+from bench.common import REPO, markdown_table, shown_command, shown_commit
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85}
@@ -766,7 +766,7 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
                    else "no GPU (a CPU check of the tool)")
         ended = "" if record["complete"] else " It was stopped before its end."
         lines.append(f"* [{i}] `launch/env.sh {record['command']}` on {machine}, {env['cpu']} "
-                     f"({env['cpu_cores']} cores), {versions}; commit {record['commit']}, "
+                     f"({env['cpu_cores']} cores), {versions}; commit {shown_commit(record['commit'])}, "
                      f"{record['date']}, {record['seconds'] / 60:.1f} min "
                      f"(`results/gpu/{name}`).{ended}")
     table = []

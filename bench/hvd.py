@@ -21,9 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision,
-                          markdown_table, measure_or_report, read_log, shown_command,
-                          turns_parser)
+from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision, markdown_table,
+                          measure_or_report, read_log, shown_command, shown_commit, turns_parser)
 from bench.jobs import launcher, stamped_out
 
 RECORD = "bench_hvd.json"
@@ -79,7 +78,7 @@ def report(folder: Path) -> str:
         f"{logged_precision(first)}; `torchrun train/ddp.py` and `horovodrun --gloo "
         f"train/hvd.py` in turns, {record['rounds']} rounds of {record['steps']} steps each; "
         f"img/s = median of the logged intervals after the first, all rounds pooled. On "
-        f"{logged_hardware(first)}, commit {first.get('commit', 'unknown')}:",
+        f"{logged_hardware(first)}, commit {shown_commit(first.get('commit'))}:",
         "",
         markdown_table(["strategy", f"img/s ({first['world_size']} processes)",
                         "per round (Horovod / DDP: round by round)"], rows),

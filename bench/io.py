@@ -49,7 +49,7 @@ import torchvision
 from torchvision import transforms
 
 from bench.common import (REPO, cpu_cores, exit_without_recipe, git_commit, machine,
-                          markdown_table, shown_command, write_block)
+                          markdown_table, shown_command, shown_commit, write_block)
 from bench.jobs import dataset_command, make_dataset
 
 try:
@@ -184,7 +184,7 @@ def table(record: dict) -> str:
              ", ".join(f"{x:.0f}" for x in r["runs"])] for name, r in results.items()]
     return "\n".join([
         f"`launch/env.sh {record['command']}` on {record['hardware']}, commit "
-        f"{record['commit']}: {record['images']} JPEGs ({record['data_description']}), "
+        f"{shown_commit(record['commit'])}: {record['images']} JPEGs ({record['data_description']}), "
         f"{cfg['workers']} worker(s), batch {cfg['batch_size']}, crop {cfg['image_size']}, "
         f"median of {cfg['passes']} passes after a warm-up pass, the loaders taking turns "
         "(record: `results/io/bench_io.json`):",

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import (cpu_cores, cpu_name, exit_without_recipe, git_commit, markdown_table,
-                          shown_command)
+                          shown_command, shown_commit)
 
 LAYOUTS = ("NCHW", "channels_last")
 
@@ -65,7 +65,7 @@ def table(record: dict) -> str:
     return "\n".join([
         f"`launch/env.sh {record['command']}`: {record['arch']}, batch {record['batch']}, fp32, "
         f"{record['threads']} thread(s), on {record['cpu']} ({record['cores']} cores), torch "
-        f"{record['torch']}, commit {record['commit']} (record: "
+        f"{record['torch']}, commit {shown_commit(record['commit'])} (record: "
         "`results/layout/bench_layout.json`):",
         "",
         markdown_table(["crop", "NCHW ms/step", "channels_last ms/step",

@@ -44,8 +44,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log,
-                          run_dirs, write_block)
+from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log, run_dirs,
+                          shown_commit, write_block)
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
@@ -55,7 +55,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "bench_io": "## Input pipelines (`bench/io.py`)",
             "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
             "bench_ddp_cost": "## Where DDP's efficiency goes (`bench/ddp_cost.py`)",
-            "bench_e2e": "## End to end vs pytorch/examples (`bench/e2e.py`)",
+            "bench_e2e": "## End to end vs pytorch/examples and timm (`bench/e2e.py`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
@@ -115,7 +115,7 @@ def loop_block(folder: Path, figures: Path) -> str:
         f"batch {cfg['batch_size']}, {cfg['opt_level']}, one process with "
         f"{hw['torch_threads']} thread(s)) on {hw['cpu']} ({hw['cpu_cores']} cores, "
         f"{hw['gpu'] or 'no GPU'}), torch {hw['torch']}, at commit "
-        f"{record.get('commit', 'unknown')} (record: `results/loop/bench_loop.json`):",
+        f"{shown_commit(record.get('commit'))} (record: `results/loop/bench_loop.json`):",
         "",
         markdown_table(["rounds x steps", "engine img/s (median)", "bare img/s (median)",
                         "engine / bare (median of rounds)"],
@@ -173,7 +173,7 @@ def cpu_block(folder: Path, figures: Path) -> str:
         "of the logged intervals after the first. Runs ending in `-avx2` hold oneDNN and ATen "
         "to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`), which is how a CPU "
         f"without native bf16 runs. On {logged_hardware(first)}, commit "
-        f"{first.get('commit', 'unknown')}:",
+        f"{shown_commit(first.get('commit'))}:",
         "",
         markdown_table(["run", "script", "procs x threads", "precision", "data",
                         "global batch", "steps", "img/s", "img/s per process", "wall s"],
@@ -216,7 +216,7 @@ def recipes_block(folder: Path, figures: Path) -> str:
         f"{cfg['epochs']} epochs, one process, O0, on `{Path(cfg['data']).name}` "
         f"({first['train_samples_per_rank']} generated training images; validation "
         f"every epoch), on {logged_hardware(first)}, commit "
-        f"{first.get('commit', 'unknown')}:",
+        f"{shown_commit(first.get('commit'))}:",
         "",
         markdown_table(["run", "preset", "seed", "epochs", "final top-1", "best top-1",
                         "EMA final top-1", "train s"], table, right_from=2),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench import ps_stats, sweep_stats
-from bench.common import REPO, markdown_table, write_block
+from bench.common import REPO, markdown_table, shown_commit, write_block
 
 HEADINGS = {"sweep": "## Strategy sweep", "bench_ps": "## Parameter server vs DDP with a slow "
                                                       "worker"}
@@ -60,7 +60,7 @@ def _where(path: Path) -> str:
 
 def _commit(runs) -> str:
     """The commit the runs were made at, as their logs recorded it (several: all of them)."""
-    commits = sorted({r.run.get("commit") or "unknown" for r in runs})
+    commits = sorted({shown_commit(r.run.get("commit")) for r in runs})
     return " / ".join(commits)
 
 

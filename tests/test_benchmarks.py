@@ -96,25 +96,69 @@ OUR_LINES = [
 ]
 
 
+# timm's train.py prints these (its format, as of timm 1.0), steps numbered from 0.
+TIMM_LINES = [
+    (1.0, "Training with a single process on 1 device (cpu)."),
+    (4.0, "Train: 0 [   0/2 ( 50%)]  Loss: 6.89 (6.89)  Time: 2.910s,    2.75/s  (2.910s,    "
+          "2.75/s)  LR: 1.000e-05  Data: 0.215 (0.215)"),
+    (5.0, "Train: 0 [   1/2 (100%)]  Loss: 7.05 (6.97)  Time: 0.991s,    8.07/s  (1.950s,    "
+          "4.10/s)  LR: 1.000e-05  Data: 0.056 (0.136)"),
+    (6.0, "Test: [   0/1]  Time: 1.555 (1.555)  Loss:   6.902 ( 6.902)  Acc@1:   0.000"),
+    (6.5, "Test: [   1/1]  Time: 0.068 (0.812)  Loss:   6.968 ( 6.935)  Acc@1:   0.000"),
+    (6.7, "Current checkpoints:"),
+    (8.0, "Train: 1 [   0/2 ( 50%)]  Loss: 6.96 (6.96)  Time: 0.593s,   13.49/s  (0.593s,   "
+          "13.49/s)  LR: 6.330e-04  Data: 0.074 (0.074)"),
+    (9.5, "Train: 1 [   1/2 (100%)]  Loss: 6.83 (6.89)  Time: 0.061s,  131.10/s  (0.327s,   "
+          "24.47/s)  LR: 6.330e-04  Data: 0.002 (0.038)"),
+    (10.0, "Test: [   0/1]  Time: 0.028 (0.028)  Loss:   6.810 ( 6.810)  Acc@1:   0.000"),
+    (10.5, "Test: [   1/1]  Time: 0.017 (0.023)  Loss:   6.945 ( 6.878)  Acc@1:   0.000"),
+]
+
+
 @pytest.mark.parametrize("name,lines,expected", [
     ("pytorch/examples", PEER_LINES, {"start-up and first step": 5.8, "training": 3.4,
                                       "validation": 2.5, "end": 1.3, "steps": 3,
-                                      "data wait": 0.192}),
+                                      "data wait": 0.192, "epoch training": []}),
     ("ours", OUR_LINES, {"start-up and first step": 5.7, "training": 2.1, "validation": 3.0,
-                         "end": 2.2, "steps": 2, "data wait": 0.186}),
+                         "end": 2.2, "steps": 2, "data wait": 0.186, "epoch training": []}),
+    # epoch 1's training runs from the end of epoch 0's validation (6.5, checkpoint included)
+    # to its last step (9.5)
+    ("timm defaults", TIMM_LINES, {"start-up and first step": 4.0, "training": 1.0 + 3.0,
+                                   "validation": 1.5 + 1.0, "end": 2.5, "steps": 4,
+                                   "data wait": 0.347, "epoch training": [3.0]}),
 ])
 def test_bench_e2e_splits_the_wall_time_by_each_scripts_own_lines(name, lines, expected):
     from bench import e2e
 
-    split = e2e.phases(lines, 13.0, e2e.OUTPUTS[name])
+    split = e2e.phases(lines, 13.0, e2e.output_of(name))
+    spans = split.pop("epoch training")
+    assert spans == pytest.approx(expected.pop("epoch training"))
     assert split == pytest.approx({"wall": 13.0, **expected})
     assert sum(split[p] for p in e2e.PHASES) == pytest.approx(13.0)
 
 
-STAND_IN_PEER = '''
-"""Stands in for pytorch/examples' imagenet/main.py (which is never kept in this repository):
-the same options, the same kind of output lines, a little work per step."""
-import argparse, time
+def test_bench_e2e_steady_state_is_the_training_rate_of_epochs_after_the_first():
+    from bench import e2e
+
+    runs = [{"contender": c, "repeat": 0, "wall": w, "epoch training": spans}
+            for c, w, spans in (("nd defaults", 20.0, [4.0, 4.0]),
+                                ("pytorch/examples", 30.0, [6.0, 10.0]),
+                                ("timm defaults", 25.0, [5.0, 5.0]))]
+    record = {"images": {"train": 100}, "runs": runs}
+    assert e2e.steady_img_s(runs[0], 100) == pytest.approx(25.0)
+    wall, steady = e2e.ratios(record), e2e.ratios(record, steady=True)
+    versus = ("nd defaults", "pytorch/examples"), ("nd defaults", "timm defaults")
+    assert set(wall) == set(steady) == set(versus)
+    assert [wall[pair] for pair in versus] == [pytest.approx([1.5]), pytest.approx([1.25])]
+    assert [steady[pair] for pair in versus] == [pytest.approx([2.0]), pytest.approx([1.25])]
+
+
+# Stand-ins for the peers' scripts (which are never kept in this repository): the same options,
+# the same kind of output lines, a little work per step. Started as a user starts them, they
+# see no PYTHONPATH (the tool's own is not theirs).
+STAND_IN_PEER = r"""
+import argparse, os, time
+assert "PYTHONPATH" not in os.environ, os.environ["PYTHONPATH"]
 p = argparse.ArgumentParser()
 for flag in ("-a", "-b", "-j", "--epochs", "-p"):
     p.add_argument(flag)
@@ -126,34 +170,65 @@ time.sleep(0.3)
 for epoch in range(int(args.epochs)):
     for i in range(3):
         time.sleep(0.2)
-        print(f"Epoch: [{epoch}][{i + 1}/3]\\tTime  0.200 ( 0.200)\\tData  0.010 ( 0.010)")
+        print(f"Epoch: [{epoch}][{i + 1}/3]\tTime  0.200 ( 0.200)\tData  0.010 ( 0.010)")
     time.sleep(0.2)
     print(" *   Acc@1 10.000 Acc@5 50.000")
-'''
+"""
+STAND_IN_TIMM = r"""
+import argparse, os, time
+assert "PYTHONPATH" not in os.environ, os.environ["PYTHONPATH"]
+p = argparse.ArgumentParser()
+for flag in ("--model", "-b", "-j", "--epochs", "--log-interval", "--device", "--data-dir",
+             "--train-split", "--val-split", "--color-jitter", "--smoothing", "--opt",
+             "--train-interpolation", "--interpolation", "--crop-pct", "--output", "--amp-dtype"):
+    p.add_argument(flag)
+p.add_argument("--amp", action="store_true")
+p.add_argument("--channels-last", action="store_true")
+args = p.parse_args()
+assert args.log_interval == "1" and args.device == "cpu" and args.opt == "momentum"
+assert not args.amp, "--fast-amp off: no autocast in the fast settings"
+assert os.path.isdir(os.path.join(args.data_dir, args.train_split))
+for epoch in range(int(args.epochs)):
+    for i in range(2):
+        time.sleep(0.2)
+        print(f"Train: {epoch} [{i:>4d}/2 (50%)]  Loss: 6.89 (6.89)  Data: 0.010 (0.010)")
+    print("Test: [   0/0]  Time: 0.068 (0.812)  Loss:   6.968 ( 6.935)")
+"""
 
 
-def test_bench_e2e_runs_our_script_against_the_peer_in_turns(tmp_path, tiny_imagefolder):
+def test_bench_e2e_runs_our_script_against_the_peers_in_turns(tmp_path, tiny_imagefolder):
     from bench import e2e, regenerate
 
-    peer, record = tmp_path / "main.py", tmp_path / "e2e" / "bench_e2e.json"
+    peer, timm = tmp_path / "main.py", tmp_path / "train.py"
     peer.write_text(STAND_IN_PEER)
-    proc = run_tool("e2e", tiny_imagefolder, "--peer", peer, "-b", "8", "-j", "1",
-                    "--repeats", "2", "--fast-amp", "off", "--json", record, timeout=600)
+    timm.write_text(STAND_IN_TIMM)
+    record = tmp_path / "e2e" / "bench_e2e.json"
+    # the tool itself runs with train/ on PYTHONPATH (run_tool, as launch/env.sh)
+    proc = run_tool("e2e", tiny_imagefolder, "--peer", peer, "--timm", timm, "-b", "8", "-j",
+                    "1", "--epochs", "2", "--repeats", "2", "--fast-amp", "off", "--json",
+                    record, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     saved = json.loads(record.read_text())
     runs = saved["runs"]
     # in turns: repeat 0 of every contender, then repeat 1
+    names = ("pytorch/examples", "timm defaults", "timm fast", "nd defaults", "nd fast")
     assert [(r["contender"], r["repeat"]) for r in runs] == [
-        (name, repeat) for repeat in (0, 1) for name in ("pytorch/examples", "nd defaults",
-                                                         "nd fast")]
+        (name, repeat) for repeat in (0, 1) for name in names]
+    steps = {"pytorch/examples": 3, "timm defaults": 2, "timm fast": 2}
     for r in runs:
         assert sum(r[p] for p in e2e.PHASES) == pytest.approx(r["wall"], abs=0.01)
-        assert r["steps"] == (3 if r["contender"] == "pytorch/examples" else 64 // 8)
+        assert r["steps"] == 2 * steps.get(r["contender"], 64 // 8)
+        assert len(r["epoch training"]) == 1 and r["epoch training"][0] > 0
+    assert saved["commands"]["timm fast"].startswith("python train.py --model resnet18")
+    assert "--channels-last" in saved["commands"]["timm fast"]
     assert "--data-backend dali-cpu" in saved["commands"]["nd fast"]
     assert "--opt-level" not in saved["commands"]["nd fast"]  # --fast-amp off
+    assert set(saved["sha256"]) == {"pytorch/examples", "timm"}
     ratios = e2e.ratios(saved)
-    assert set(ratios) == {"nd defaults", "nd fast"} and all(len(v) == 2 for v in
-                                                             ratios.values())
+    assert set(ratios) == {("nd defaults", "pytorch/examples"), ("nd defaults", "timm defaults"),
+                           ("nd fast", "timm fast"), ("nd fast", "pytorch/examples")}
+    assert all(len(v) == 2 for v in ratios.values())
+    assert set(e2e.ratios(saved, steady=True)) == set(ratios)
     # the record alone gives RESULTS.md the same block
     assert regenerate.e2e_block(record.parent, tmp_path).strip() in proc.stdout
 
