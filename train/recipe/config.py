@@ -56,8 +56,8 @@ DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION
     "data", "augmentation", "model", "optimization", "regularization", "precision",
     "distribution")
 CHECKPOINTING, LOGGING = "checkpointing", "logging"
-HELP_GROUPS = (PRESETS, DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION, DISTRIBUTION,
-               CHECKPOINTING, LOGGING)
+HELP_GROUPS = (PRESETS, DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION,
+               DISTRIBUTION, CHECKPOINTING, LOGGING)
 
 # Entry scripts (registry names) that share strategy-specific options.
 DDP_ENTRIES = ("ddp", "ddp_apex")
@@ -379,7 +379,7 @@ class TrainConfig:
         path.write_text(json.dumps({**self.to_dict(), **extra}, indent=2, sort_keys=True))
 
 
-_FIELD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def build_parser(description: str = "", defaults: Optional[dict] = None,
@@ -475,7 +475,7 @@ def _early_options(argv: Optional[list]) -> argparse.Namespace:
 def _show_settings(settings: dict, cfg: "TrainConfig", defaults: dict) -> None:
     """Say which of the checkpoint's settings an evaluation took (once, on the main rank)."""
     taken = [_shown_option(k, v) for k, v in settings.items()
-             if getattr(cfg, k) == v and v != defaults.get(k, _FIELD_DEFAULTS[k])]
+             if getattr(cfg, k) == v and v != defaults.get(k, _FIELDS[k].default)]
     if taken and os.environ.get("RANK", "0") == "0":
         print(f"=> -e: the checkpoint's run set {', '.join(taken)} (a flag on the command line "
               "overrides)", flush=True)
@@ -483,7 +483,7 @@ def _show_settings(settings: dict, cfg: "TrainConfig", defaults: dict) -> None:
 
 def _shown_option(name: str, value: Any) -> str:
     """An option as it is typed: `--arch resnet18`, `--model-ema`, `--no-channels-last`."""
-    flag = {f.name: f for f in dataclasses.fields(TrainConfig)}[name].metadata["flags"][-1]
+    flag = _FIELDS[name].metadata["flags"][-1]
     if isinstance(value, bool):
         return flag if value else f"--no-{flag[2:]}"
     return f"{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}"
