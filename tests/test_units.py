@@ -409,3 +409,18 @@ def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
     assert err.startswith("error: the GPU ran out of memory at -b 64 per process (global batch "
                           "64): CUDA out of memory. Tried to allocate 2.00 GiB. Lower -b")
     assert "-b 32 --grad-accum 2" in err and "O1/O2" in err
+
+
+def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost():
+    from recipe.summary import Best, closing_lines
+
+    best = Best()
+    assert best.offer(0.0, 0) and (best.top1, best.epoch) == (0.0, 0)  # the first is the best
+    assert not best.offer(0.0, 1) and best.offer(5.0, 2) and best.epoch == 2
+    # a checkpoint from before epochs were kept: its best stands until beaten
+    old = Best(50.0, None)
+    assert not old.offer(40.0, 3) and (old.top1, old.epoch) == (50.0, None)
+    assert "best top-1 50.000 at epoch ?" in closing_lines("finished", 1, 10.0, 100, old, None,
+                                                           None, None)[0]
+    assert old.offer(60.0, 4) and (old.top1, old.epoch) == (60.0, 4)
+    assert "no validation" in closing_lines("finished", 0, 0.0, 0, Best(), None, None, None)[0]

@@ -189,11 +189,11 @@ class Trainer:
                        f"{self.run_dir}")
         for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
             self.log.print(f"=> {line}")
-        entry = ENTRIES[self.entry]
+        entry = ENTRIES.get(self.entry)  # None for a tool's own Trainer (bench.loop, bench.gpu)
         visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
         for line in gpu_hints(self.entry, entry.script, entry.distributed, self.device.type,
                               visible, strategy.local_world_size, self.precision.opt_level,
-                              cfg.share_gpus):
+                              cfg.share_gpus) if entry else ():
             self.log.print(line)
         if not cfg.evaluate:
             for line in lr_warnings(cfg, self.global_batch, self.lr):
@@ -226,8 +226,9 @@ class Trainer:
         reason = "finished"
         self.clock = RunClock(total=self.cfg.epochs * self.steps_per_epoch)
         self.clock.start(done=self.epoch * self.steps_per_epoch + self.resume_epoch_step)
-        started, first_epoch, samples_at_start = time.perf_counter(), self.epoch, self.samples_seen
+        started, epochs_run, samples_at_start = time.perf_counter(), 0, self.samples_seen
         for self.epoch in range(self.epoch, self.cfg.epochs):
+            epochs_run += 1
             train = self.train_one_epoch()
             val = self.validate()
             ema = self.validate_ema() if self.ema is not None else None
@@ -240,16 +241,16 @@ class Trainer:
             if self.cfg.desired_acc is not None and val["top1"] >= self.cfg.desired_acc:
                 reason = f"reached --desired-acc {self.cfg.desired_acc}"
                 break
-        self.finish(reason, self.epoch + 1 - first_epoch, time.perf_counter() - started,
+        self.finish(reason, epochs_run, time.perf_counter() - started,
                     self.samples_seen - samples_at_start)
 
     def finish(self, reason: str, epochs: int, seconds: float, samples: int) -> None:
         """The end record and the closing lines: the bests, the time, where the best model is
         and how to evaluate it."""
         best_path = self.run_dir / checkpoint.BEST
-        entry = ENTRIES[self.entry]
+        entry = ENTRIES.get(self.entry)  # None for a tool's own Trainer
         evaluate = summary.evaluate_command(entry.launcher, entry.script, best_path,
-                                            self.cfg.data)
+                                            self.cfg.data) if entry else None
         best_ema = self.best_ema if self.ema is not None else None
         lifecycle.write_end_record(
             self.log, self.epoch, self.step, self.best.top1, reason,

@@ -17,22 +17,20 @@ from .checkpoint import BEST_EMA
 from .progress import duration
 
 CSV_NAME = "summary.csv"
-# the columns of summary.csv, in order; the EMA's only with --model-ema
-COLUMNS = ["epoch", "lr", "train_loss", "train_top1", "val_loss", "val_top1", "val_top5"]
-EMA_COLUMNS = ["val_ema_loss", "val_ema_top1", "val_ema_top5"]
-TAIL_COLUMNS = ["img_s", "epoch_seconds"]
 
 
 @dataclass
 class Best:
-    """The best validation top-1 so far and the epoch that reached it (None: none yet)."""
+    """The best validation top-1 so far and the epoch that reached it (epoch None: none yet, or
+    a checkpoint written before epochs were kept with it)."""
     top1: float = 0.0
     epoch: Optional[int] = None
 
     def offer(self, top1: float, epoch: int) -> bool:
-        """Keep `top1` if it is better; True when it is (a new best to save)."""
-        if top1 > self.top1 or self.epoch is None:
-            self.top1, self.epoch = max(top1, self.top1), epoch
+        """Keep `top1` if it is better (the first score always is); True when it is (a new best
+        to save)."""
+        if top1 > self.top1 or (self.epoch is None and self.top1 == 0.0):
+            self.top1, self.epoch = top1, epoch
             return True
         return False
 
@@ -72,8 +70,9 @@ def closing_lines(reason: str, epochs_done: int, seconds: float, samples: int,
                   best: Best, best_ema: Optional[Best], best_path: Optional[Path],
                   evaluate: Optional[str]) -> List[str]:
     """What the main rank prints when the run ends."""
-    scores = (f"best top-1 {best.top1:.3f} at epoch {best.epoch}" if best.epoch is not None
-              else "no validation")
+    epoch = "?" if best.epoch is None else best.epoch
+    scores = "no validation" if best.epoch is None and best.top1 == 0.0 else \
+        f"best top-1 {best.top1:.3f} at epoch {epoch}"
     if best_ema is not None and best_ema.epoch is not None:
         scores += f"; EMA {best_ema.top1:.3f} at epoch {best_ema.epoch}"
     rate = f", {samples / seconds:.1f} img/s" if seconds > 0 and samples else ""
