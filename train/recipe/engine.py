@@ -221,7 +221,8 @@ class Trainer:
             self.validate()
             if self.ema is not None:
                 self.validate_ema()
-            self.export_weights(self.strategy.module_state_dict())
+            if self.cfg.export_weights:  # the same on every rank: safe around a collective
+                self.export_weights(self.strategy.module_state_dict())
             return
         reason = "finished"
         self.clock = RunClock(total=self.cfg.epochs * self.steps_per_epoch)
