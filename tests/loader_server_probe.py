@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
 if __name__ == "__main__":
     from recipe.config import parse_args
-    from recipe.launch import loader_worker_context, start_loader_server
+    from recipe.data.loader_server import loader_worker_context, start_loader_server
 
     start_loader_server(parse_args(["-j", "2", "data"], entry="nd"))
     pool = loader_worker_context().Pool(1)

@@ -1,32 +1,80 @@
-"""Bad input ends with one clear message and exit status 2, and writes nothing."""
+"""Bad input ends with one clear message and exit status 2, and writes nothing.
+
+Most checks run the entry script's own body (`recipe.cli.main`, `recipe.ps.main.main`) in the
+test's process, which is what the script runs after Python has started it; a few marked `slow`
+start the real script, to show that nothing between the shell and that body changes the answer.
+"""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from conftest import TINY, run_script
+from recipe.registry import ENTRIES
 
 
-def _expect_usage_error(args, message, tmp_path, script="nd.py"):
-    proc = run_script(script, list(args) + ["--logdir", tmp_path / "runs"], check=False,
-                      timeout=120)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert message in proc.stderr, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
+def run_in_process(script: str, args, capsys) -> tuple:
+    """(exit status, stdout, stderr) of train/<script> run with `args`, in this process.
+    Loaders load in the process (-j 0): the checks here end before any worker would start."""
+    entry = next(e.name for e in ENTRIES.values() if e.script == f"train/{script}")
+    argv = [str(a) for a in args] + ["-j", "0"]
+    try:
+        if entry == "ps":
+            from recipe.ps.main import main
+            main(argv)
+        else:
+            from recipe.cli import main
+            main(entry, argv=argv)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _check_usage_error(code, err, message, tmp_path):
+    assert code == 2, err[-2000:]
+    assert message in err, err[-2000:]
+    assert "Traceback" not in err
     assert not (tmp_path / "runs").exists(), "a failed start must not leave a run dir behind"
 
 
-def test_missing_data_dir(tmp_path):
-    _expect_usage_error(TINY + [tmp_path / "nope"], "does not exist", tmp_path)
+@pytest.fixture
+def expect_usage_error(tmp_path, capsys):
+    """expect_usage_error(args, message, script="nd.py"): train/<script> with `args` ends with
+    exit status 2, `message` on stderr, no traceback and no run directory (in this process)."""
+    def expect(args, message, script="nd.py"):
+        code, _, err = run_in_process(script, list(args) + ["--logdir", tmp_path / "runs"],
+                                      capsys)
+        _check_usage_error(code, err, message, tmp_path)
+    return expect
 
 
-def test_a_file_given_as_the_data_folder(tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("script,args,message", [
+    ("nd.py", [], "does not exist"),
+    ("ddp.py", ["--fp16-allreduce"], "--fp16-allreduce is an option of train/hvd.py"),
+    ("ps.py", ["--mode", "esync", "--esync-epsilon", "-0.1"], "--esync-epsilon must be >= 0"),
+])
+def test_a_real_process_ends_the_same_way(tmp_path, script, args, message):
+    """What the in-process checks below run is what the script runs once Python has started
+    it: three of them, as real processes, end the same way."""
+    proc = run_script(script, TINY + args + ["--logdir", tmp_path / "runs", tmp_path / "nope"],
+                      check=False, timeout=120)
+    _check_usage_error(proc.returncode, proc.stderr, message, tmp_path)
+
+
+def test_missing_data_dir(expect_usage_error, tmp_path):
+    expect_usage_error(TINY + [tmp_path / "nope"], "does not exist")
+
+
+def test_a_file_given_as_the_data_folder(expect_usage_error, tmp_path):
     archive = tmp_path / "imagenet.tar"
     archive.write_bytes(b"not a folder")
-    _expect_usage_error(TINY + [archive], "is a file, not a folder", tmp_path)
+    expect_usage_error(TINY + [archive], "is a file, not a folder")
 
 
-def test_flat_imagenet_val_points_to_the_prepare_script(tiny_imagefolder, tmp_path):
+def test_flat_imagenet_val_points_to_the_prepare_script(expect_usage_error, tiny_imagefolder, tmp_path):
     """ILSVRC2012_img_val.tar extracts to 50,000 images in val/ itself, without classes."""
     import shutil
     data = tmp_path / "data"
@@ -34,33 +82,33 @@ def test_flat_imagenet_val_points_to_the_prepare_script(tiny_imagefolder, tmp_pa
     (data / "val").mkdir()
     for i, image in enumerate(sorted((tiny_imagefolder / "val").rglob("*.JPEG"))):
         shutil.copy(image, data / "val" / f"ILSVRC2012_val_{i + 1:08d}.JPEG")
-    _expect_usage_error(TINY + [data], "python data/prepare_imagenet_val.py", tmp_path)
+    expect_usage_error(TINY + [data], "python data/prepare_imagenet_val.py")
 
 
-def test_no_dataset_argument(tmp_path):
-    _expect_usage_error(TINY, "the dataset path is missing", tmp_path)
+def test_no_dataset_argument(expect_usage_error, tmp_path):
+    expect_usage_error(TINY, "the dataset path is missing")
 
 
-def test_empty_data_dir(tmp_path):
+def test_empty_data_dir(expect_usage_error, tmp_path):
     (tmp_path / "data").mkdir()
-    _expect_usage_error(TINY + [tmp_path / "data"], "train", tmp_path)
+    expect_usage_error(TINY + [tmp_path / "data"], "train")
 
 
-def test_no_class_folders(tmp_path):
+def test_no_class_folders(expect_usage_error, tmp_path):
     for split in ("train", "val"):
         (tmp_path / "data" / split).mkdir(parents=True)
-    _expect_usage_error(TINY + [tmp_path / "data"], "class", tmp_path)
+    expect_usage_error(TINY + [tmp_path / "data"], "class")
 
 
-def test_val_classes_differ(tiny_imagefolder, tmp_path):
+def test_val_classes_differ(expect_usage_error, tiny_imagefolder, tmp_path):
     import shutil
     data = tmp_path / "data"
     shutil.copytree(tiny_imagefolder, data)
     shutil.rmtree(sorted((data / "val").iterdir())[0])
-    _expect_usage_error(TINY + [data], "class folders differ", tmp_path)
+    expect_usage_error(TINY + [data], "class folders differ")
 
 
-def test_empty_class_folder(tiny_imagefolder, tmp_path):
+def test_empty_class_folder(expect_usage_error, tiny_imagefolder, tmp_path):
     """A class folder without images (an interrupted copy, say) is refused before training,
     naming the folder."""
     import shutil
@@ -69,28 +117,30 @@ def test_empty_class_folder(tiny_imagefolder, tmp_path):
     empty = sorted((data / "train").iterdir())[1]
     for image in empty.iterdir():
         image.unlink()
-    _expect_usage_error(TINY + [data], empty.name, tmp_path)
+    expect_usage_error(TINY + [data], empty.name)
 
 
-def test_dali_gpu_without_a_gpu(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--data-backend", "dali-gpu", tiny_imagefolder],
-                        "use --data-backend dali-cpu", tmp_path)
+def test_dali_gpu_without_a_gpu(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--data-backend", "dali-gpu", tiny_imagefolder],
+                       "use --data-backend dali-cpu")
 
 
-def test_fp16_allreduce_is_horovod_only(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder],
-                        "--fp16-allreduce is an option of train/hvd.py, not of train/ddp.py; "
-                        "DDP's counterpart is --ddp-comm-hook fp16", tmp_path, script="ddp.py")
+def test_fp16_allreduce_is_horovod_only(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--fp16-allreduce", tiny_imagefolder],
+                       "--fp16-allreduce is an option of train/hvd.py, not of train/ddp.py; "
+                       "DDP's counterpart is --ddp-comm-hook fp16", script="ddp.py")
 
 
-def test_ddp_comm_hook_needs_ddp(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--ddp-comm-hook", "fp16", tiny_imagefolder],
-                        "--ddp-comm-hook is an option of train/ddp.py, train/ddp_apex.py, not of "
-                        "train/nd.py", tmp_path)
+def test_ddp_comm_hook_needs_ddp(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--ddp-comm-hook", "fp16", tiny_imagefolder],
+                       "--ddp-comm-hook is an option of train/ddp.py, train/ddp_apex.py, not of "
+                       "train/nd.py")
 
 
-def _help(script: str) -> str:
-    return run_script(script, ["-h"]).stdout
+def _help(script: str, capsys) -> str:
+    code, out, _ = run_in_process(script, ["-h"], capsys)
+    assert code == 0
+    return out
 
 
 @pytest.mark.parametrize("script,absent", [
@@ -101,8 +151,8 @@ def _help(script: str) -> str:
                "--opt ",
                "--model-ema", "--mixup-alpha", "--clip-grad-norm", "--norm-weight-decay"]),
 ])
-def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):
-    text = " ".join(_help(script).split(" "))
+def test_help_lists_only_the_scripts_own_options_in_groups(script, absent, capsys):
+    text = " ".join(_help(script, capsys).split(" "))
     headings = [line for line in text.splitlines() if line.endswith(" options:")]
     expected = ["presets options:", "data options:", "augmentation options:", "model options:",
                 "optimization options:", "regularization options:", "precision options:",
@@ -116,79 +166,74 @@ def test_help_lists_only_the_scripts_own_options_in_groups(script, absent):
     assert seed_help.count("default") == 1 and seed_help.endswith("(default: 0)"), seed_help
 
 
-def test_ddp_help_has_the_ddp_options():
-    text = _help("ddp.py")
+def test_ddp_help_has_the_ddp_options(capsys):
+    text = _help("ddp.py", capsys)
     for flag in ("--ddp-comm-hook", "--sync-bn", "--dist-timeout", "--opt-level"):
         assert flag in text
 
 
-def test_powersgd_needs_a_warm_up_step(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--ddp-comm-hook", "powersgd", "--powersgd-start-step", "1",
-                                tiny_imagefolder], "--powersgd-start-step >= 2", tmp_path,
-                        script="ddp.py")
+def test_powersgd_needs_a_warm_up_step(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--ddp-comm-hook", "powersgd", "--powersgd-start-step", "1",
+                               tiny_imagefolder], "--powersgd-start-step >= 2", script="ddp.py")
 
 
-def test_unknown_arch(tiny_imagefolder, tmp_path):
-    _expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture", tmp_path)
+def test_unknown_arch(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture")
 
 
 @pytest.mark.parametrize("flag", ["-b", "--epochs"])
 @pytest.mark.parametrize("value", ["0", "-3"])
-def test_non_positive_sizes(tiny_imagefolder, tmp_path, flag, value):
-    _expect_usage_error(TINY + [flag, value, tiny_imagefolder], "must be a positive integer",
-                        tmp_path)
+def test_non_positive_sizes(expect_usage_error, tiny_imagefolder, flag, value):
+    expect_usage_error(TINY + [flag, value, tiny_imagefolder], "must be a positive integer")
 
 
-def test_unknown_opt_level(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--opt-level", "O4", tiny_imagefolder], "invalid choice",
-                        tmp_path)
+def test_unknown_opt_level(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--opt-level", "O4", tiny_imagefolder], "invalid choice")
 
 
-def test_apex_only_option_is_explained(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--keep-batchnorm-fp32", "True", tiny_imagefolder],
-                        "apex-only option", tmp_path, script="ddp_apex.py")
+def test_apex_only_option_is_explained(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--keep-batchnorm-fp32", "True", tiny_imagefolder],
+                       "apex-only option", script="ddp_apex.py")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
-def test_gpu_requested_without_gpu(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--device", "cuda", tiny_imagefolder], "no CUDA GPU", tmp_path)
+def test_gpu_requested_without_gpu(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--device", "cuda", tiny_imagefolder], "no CUDA GPU")
 
 
-def test_resume_file_missing(tiny_imagefolder, tmp_path):
-    _expect_usage_error(TINY + ["--resume", tmp_path / "nope.pth", tiny_imagefolder],
-                        "no such checkpoint", tmp_path)
+def test_resume_file_missing(expect_usage_error, tiny_imagefolder, tmp_path):
+    expect_usage_error(TINY + ["--resume", tmp_path / "nope.pth", tiny_imagefolder],
+                       "no such checkpoint")
 
 
-def test_resume_a_folder_without_a_checkpoint(tiny_imagefolder, tmp_path):
+def test_resume_a_folder_without_a_checkpoint(expect_usage_error, tiny_imagefolder, tmp_path):
     (tmp_path / "empty_run").mkdir()
-    _expect_usage_error(TINY + ["--resume", tmp_path / "empty_run", tiny_imagefolder],
-                        "that folder has no checkpoint.pth", tmp_path)
+    expect_usage_error(TINY + ["--resume", tmp_path / "empty_run", tiny_imagefolder],
+                       "that folder has no checkpoint.pth")
 
 
-def test_resume_file_not_a_checkpoint(tiny_imagefolder, tmp_path):
+def test_resume_file_not_a_checkpoint(expect_usage_error, tiny_imagefolder, tmp_path):
     junk = tmp_path / "junk.pth"
     junk.write_bytes(b"this is not a checkpoint")
-    _expect_usage_error(TINY + ["--resume", junk, tiny_imagefolder], "not a readable checkpoint",
-                        tmp_path)
+    expect_usage_error(TINY + ["--resume", junk, tiny_imagefolder], "not a readable checkpoint")
 
 
-def test_resume_refuses_arbitrary_pickles(tiny_imagefolder, tmp_path):
+def test_resume_refuses_arbitrary_pickles(expect_usage_error, tiny_imagefolder, tmp_path):
     """weights_only loading: a file that needs arbitrary unpickling is refused, not executed."""
     evil = tmp_path / "evil.pth"
     import argparse
     torch.save({"model": {}, "optimizer": {}, "epoch": 1, "arch": "resnet18",
                 "payload": argparse.Namespace(x=1)}, evil)  # not on the weights-only allowlist
-    _expect_usage_error(TINY + ["--resume", evil, tiny_imagefolder], "not a readable checkpoint",
-                        tmp_path)
+    expect_usage_error(TINY + ["--resume", evil, tiny_imagefolder], "not a readable checkpoint")
 
 
-def test_resume_from_another_architecture(tiny_imagefolder, tmp_path):
-    run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--steps-per-epoch", "1",
-                                "--logdir", tmp_path / "first", "--run-name", "r18",
-                                tiny_imagefolder])
-    _expect_usage_error(["-a", "resnet34", "--image-size", "32", "--resume",
-                         tmp_path / "first/r18/checkpoint.pth", tiny_imagefolder],
-                        "holds arch resnet18", tmp_path)
+def test_resume_from_another_architecture(expect_usage_error, tiny_imagefolder, tmp_path):
+    import torchvision
+    saved = tmp_path / "r18.pth"
+    torch.save({"arch": "resnet18", "num_classes": 4, "epoch": 1, "optimizer": {},
+                "model": torchvision.models.resnet18(num_classes=4).state_dict()}, saved)
+    expect_usage_error(["-a", "resnet34", "--image-size", "32", "--resume", saved,
+                        tiny_imagefolder], "holds arch resnet18")
 
 
 @pytest.mark.parametrize("args,message", [
@@ -196,6 +241,6 @@ def test_resume_from_another_architecture(tiny_imagefolder, tmp_path):
     (["--local-momentum", "1"], "--local-momentum must be in [0, 1)"),
     (["--esync-rule", "fastest"], "invalid choice: 'fastest'"),
 ])
-def test_bad_esync_options(tiny_imagefolder, tmp_path, args, message):
-    _expect_usage_error(TINY + ["--mode", "esync", *args, tiny_imagefolder], message, tmp_path,
-                        script="ps.py")
+def test_bad_esync_options(expect_usage_error, tiny_imagefolder, args, message):
+    expect_usage_error(TINY + ["--mode", "esync", *args, tiny_imagefolder], message,
+                       script="ps.py")

@@ -193,7 +193,7 @@ def test_the_loader_workers_fork_server_outlives_the_stop_signals():
     with it before the trainer has written its preemption checkpoint)."""
     probe = (
         "import multiprocessing, multiprocessing.forkserver as fs, os, signal, sys, time\n"
-        "from recipe.launch import loader_worker_context\n"
+        "from recipe.data.loader_server import loader_worker_context\n"
         "context = loader_worker_context()\n"
         "child = context.Process(target=time.sleep, args=(30,))\n"
         "child.start()  # served: the server has done its imports\n"

@@ -1,5 +1,6 @@
 """The house rules of the code base, checked: the registry matches the entry scripts, the engine
-package has no import cycle, and nothing outside entry scripts and tests edits sys.path."""
+package has no import cycle and no import from a lower layer to a higher one, and nothing outside
+entry scripts and tests edits sys.path."""
 from __future__ import annotations
 
 import ast
@@ -16,7 +17,16 @@ def test_registry_lists_every_entry_script_under_its_own_name():
         p.name for p in TRAIN.glob("*.py"))
     for entry in ENTRIES.values():
         text = (REPO / entry.script).read_text()
-        assert entry.name == "ps" or f'entry="{entry.name}"' in text, entry.script
+        assert entry.name == "ps" or f'main(entry="{entry.name}", description=__doc__)' in text
+        assert "strategy" not in text.split('if __name__ == "__main__":')[1], entry.script
+
+
+def test_every_entry_names_a_strategy_class_that_exists():
+    from recipe.strategies import Strategy, strategy_class
+
+    for entry in ENTRIES.values():
+        if entry.name != "ps":  # the parameter server has a loop of its own (recipe.ps)
+            assert issubclass(strategy_class(entry.strategy), Strategy), entry.name
 
 
 def test_the_cli_offers_what_the_registry_lists():
@@ -55,12 +65,22 @@ def _imports(path: Path, name: str) -> set:
     return found
 
 
-def test_the_engine_package_has_no_import_cycle():
+def _import_graph() -> dict:
+    """recipe module -> the recipe modules it imports, with the imports the registry makes by
+    name (a data backend's module, an entry's strategy) as edges too."""
     modules = {_module_name(p): p for p in (TRAIN / "recipe").rglob("*.py")}
-    graph = {m: sorted((_imports(p, m) & modules.keys()) - {m}) for m, p in modules.items()}
+    graph = {m: set(_imports(p, m) & modules.keys()) - {m} for m, p in modules.items()}
+    graph["recipe.data"] |= set(DATA_BACKENDS.values())
+    graph["recipe.cli"] |= {f"recipe.strategies.{e.strategy.split(':')[0]}"
+                            for e in ENTRIES.values() if e.strategy}
+    return graph
+
+
+def test_the_engine_package_has_no_import_cycle():
+    graph = _import_graph()
 
     def cycle_from(start, path, seen):
-        for nxt in graph[path[-1]]:
+        for nxt in sorted(graph[path[-1]]):
             if nxt == start:
                 return path + [nxt]
             if nxt not in seen:
@@ -72,6 +92,48 @@ def test_the_engine_package_has_no_import_cycle():
 
     cycles = [c for m in graph if (c := cycle_from(m, [m], set()))]
     assert not cycles, " -> ".join(cycles[0])
+
+
+# The engine package's layers, lowest first: a module imports its own layer and those below,
+# never one above (data never reaches for a strategy, a strategy never for the engine's loop).
+LAYERS = (
+    ("foundations", ("recipe", "errors", "registry", "machine", "peer_flags", "presets",
+                     "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
+                     "ps.wire", "ps.state_service")),
+    ("config", ("config",)),
+    ("parts", ("precision", "models", "optim", "schedule", "ema", "targets", "checkpoint",
+               "runlog", "summary", "validation", "lifecycle", "data")),
+    ("strategies", ("strategies",)),
+    ("loops", ("engine", "ps")),
+    ("command line", ("cli",)),
+)
+
+
+def _layer(module: str) -> int:
+    name = module.removeprefix("recipe.") if module != "recipe" else "recipe"
+    matches = [(len(prefix), index) for index, (_, prefixes) in enumerate(LAYERS)
+               for prefix in prefixes if name == prefix or name.startswith(prefix + ".")]
+    assert matches, f"{module} is in no layer of LAYERS"
+    return max(matches)[1]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {d} ({LAYERS[_layer(d)][0]})"
+              for m, deps in sorted(_import_graph().items()) for d in sorted(deps)
+              if _layer(d) > _layer(m)]
+    assert upward == []
+
+
+def test_data_backends_and_strategies_import_no_sibling():
+    """A backend or a strategy reads on its own: what two share lives in a module below them
+    (data.sampling, data.augment, strategies.base), so a diff of two shows what one adds."""
+    graph = _import_graph()
+    backends = set(DATA_BACKENDS.values())
+    strategies = {m for m in graph if m.startswith("recipe.strategies.")} - {
+        "recipe.strategies.base"}
+    for group in (backends, strategies):
+        for module in group:
+            assert not graph[module] & (group - {module}), module
 
 
 def test_only_entry_scripts_and_tests_edit_sys_path():

@@ -54,15 +54,16 @@ def test_channels_last_unset_is_decided_by_the_device_and_crop(argv, device, exp
     assert cfg.resolve_channels_last(device) is expected and cfg.channels_last is expected
 
 
-def test_the_launcher_reads_the_command_line_without_importing_torch():
-    """recipe.launch starts the loader workers' fork server before torch is imported: the two
-    imports overlap only while the launcher itself stays free of torch."""
+def test_the_cli_reads_the_command_line_without_importing_torch():
+    """recipe.cli starts the loader workers' fork server before torch is imported: the two
+    imports overlap only while the CLI itself stays free of torch."""
     import subprocess
     import sys
-    probe = ("import sys; sys.path.insert(0, 'train'); from recipe import launch; "
-             "parse = lambda argv: launch.parse_args(argv, entry='nd'); "
-             "print(launch.uses_loader_workers(parse(['-j', '2', 'data'])), "
-             "launch.uses_loader_workers(parse(['--dummy'])), 'torch' in sys.modules)")
+    probe = ("import sys; sys.path.insert(0, 'train'); from recipe import cli; "
+             "from recipe.data.loader_server import uses_loader_workers; "
+             "parse = lambda argv: cli.parse_args(argv, entry='nd'); "
+             "print(uses_loader_workers(parse(['-j', '2', 'data'])), "
+             "uses_loader_workers(parse(['--dummy'])), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
     assert out == ["True", "False", "False"]
@@ -403,7 +404,7 @@ def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
 
     with pytest.raises(SystemExit) as exit_:
-        run(OutOfMemoryAtSetup, entry="nd", argv=["--dummy", "-b", "64"])
+        run(OutOfMemoryAtSetup, "nd", parse_args(["--dummy", "-b", "64"], entry="nd"))
     assert exit_.value.code == 1
     err = capsys.readouterr().err
     assert err.startswith("error: the GPU ran out of memory at -b 64 per process (global batch "

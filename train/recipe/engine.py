@@ -16,7 +16,7 @@ import torch
 
 from . import checkpoint, lifecycle, summary
 from .advice import gpu_hints, out_of_memory
-from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
+from .config import TrainConfig, UsageError, exit_on_usage_error
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
@@ -453,7 +453,6 @@ class Trainer:
             "best_ema_epoch": self.best_ema.epoch,
             "model": model_state, "optimizer": optimizer_state,
             "model_ema": self.ema.state_dict() if self.ema is not None else None,
-            "scheduler": self.scheduler.state_dict(),
             "precision": self.precision.state_dict(), "rng": rng,
             "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
         }
@@ -476,15 +475,12 @@ class Trainer:
             self.strategy.teardown()
 
 
-def run(strategy_class, entry: str, description: str = "", argv: Optional[list] = None,
-        cfg: Optional[TrainConfig] = None) -> None:
-    """Parse (unless given `cfg`), set up, train, and turn bad input into exit 2. `entry` names
-    the script in the registry (recipe/registry.py), which holds its defaults. Entry scripts
-    reach it through recipe.launch.main."""
+def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
+    """Set up, train, and turn bad input into exit 2, other failures into exit 1 with what the
+    user can do about them. `entry` names the script in the registry (recipe/registry.py).
+    Entry scripts reach it through recipe.cli.main, which parsed `cfg`."""
     trainer = strategy = None
     try:
-        if cfg is None:
-            cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
         strategy = strategy_class.from_config(cfg)
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()

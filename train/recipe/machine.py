@@ -28,6 +28,11 @@ def cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
+def cores_per_process(local_world: int) -> int:
+    """This process's share of the cores when `local_world` processes run on the machine."""
+    return max(1, cpu_cores() // max(local_world, 1))
+
+
 def git_commit() -> str:
     """The repository's short commit, marked when tracked files differ from it ('unknown'
     outside a git checkout)."""

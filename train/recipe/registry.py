@@ -15,6 +15,7 @@ class Entry:
     """One entry script: which strategy it runs and how users launch it."""
     name: str                  # the `entry` field of every log record, e.g. "ddp_apex"
     script: str                # path from the repository root
+    strategy: str              # "module:Class" in recipe.strategies ("" for the parameter server)
     label: str                 # how plots and tables name it
     launcher: str              # "python" | "torchrun" | "horovodrun"
     distributed: bool          # one process per device (scales with the process count)
@@ -22,13 +23,15 @@ class Entry:
 
 
 ENTRIES: Dict[str, Entry] = {e.name: e for e in (
-    Entry("nd", "train/nd.py", "nd", "python", distributed=False),
-    Entry("dp", "train/dp.py", "DataParallel", "python", distributed=False),
-    Entry("ddp", "train/ddp.py", "DDP", "torchrun", distributed=True),
-    Entry("ddp_apex", "train/ddp_apex.py", "DDP (apex)", "torchrun", distributed=True,
-          defaults={"opt_level": "O1"}),
-    Entry("hvd", "train/hvd.py", "Horovod", "horovodrun", distributed=True),
-    Entry("ps", "train/ps.py", "PS", "torchrun", distributed=True),  # parameter server
+    Entry("nd", "train/nd.py", "base:Strategy", "nd", "python", distributed=False),
+    Entry("dp", "train/dp.py", "dp:DataParallelStrategy", "DataParallel", "python",
+          distributed=False),
+    Entry("ddp", "train/ddp.py", "ddp:DDPStrategy", "DDP", "torchrun", distributed=True),
+    Entry("ddp_apex", "train/ddp_apex.py", "ddp:DDPStrategy", "DDP (apex)", "torchrun",
+          distributed=True, defaults={"opt_level": "O1"}),
+    Entry("hvd", "train/hvd.py", "horovod:HorovodStrategy", "Horovod", "horovodrun",
+          distributed=True),
+    Entry("ps", "train/ps.py", "", "PS", "torchrun", distributed=True),  # parameter server
 )}
 
 # apex's opt levels, implemented on native torch.amp (precision.py says what each one does).

@@ -6,6 +6,8 @@
     augment.py    the pytorch backend's transforms (crop, flip, auto-augment, erasing) and the
                   crop sizes every backend shares
     pytorch.py    --data-backend pytorch: torchvision decoding in DataLoader workers
+    loader_server.py, worker_server.py
+                  the fork server those workers start from (started by the CLI, early)
     synthetic.py  --data-backend synthetic / --dummy: one random batch on the device
     dali.py       --data-backend dali-cpu | dali-gpu: NVIDIA DALI pipelines
 
@@ -22,19 +24,25 @@ from __future__ import annotations
 
 import importlib
 
-import torch
-
-from ..config import TrainConfig
 from ..registry import DATA_BACKENDS
-from .augment import IMAGENET_MEAN, IMAGENET_STD, val_resize_size
-from .folders import read_image_uint8
-from .sampling import Shard, ShardedSampler, sample_seed
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Shard", "ShardedSampler", "build_loaders",
-           "read_image_uint8", "sample_seed", "val_resize_size"]
+# Names the package offers, from the module that defines them. They are imported on first use
+# (PEP 562), so that importing `data.loader_server` from the CLI does not import torch.
+_EXPORTS = {
+    "IMAGENET_MEAN": "augment", "IMAGENET_STD": "augment", "val_resize_size": "augment",
+    "read_image_uint8": "folders",
+    "Shard": "sampling", "ShardedSampler": "sampling", "sample_seed": "sampling",
+}
+__all__ = sorted(_EXPORTS) + ["build_loaders"]
 
 
-def build_loaders(cfg: TrainConfig, shard: Shard, device: torch.device):
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+
+
+def build_loaders(cfg, shard, device):
     """-> (train_loader, val_loader, num_classes); loaders yield (images, targets) on device.
 
     A backend's module is imported only when chosen (DALI is an optional dependency)."""

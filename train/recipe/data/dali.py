@@ -62,11 +62,11 @@ import numpy as np
 import torch
 
 from ..config import TrainConfig, UsageError
+from ..machine import cores_per_process
 from .augment import IMAGENET_MEAN, IMAGENET_STD, val_sizes
 from .dali_augment import apply_policy, random_erase
 from .folders import image_folders
-from .pytorch import cores_per_process, train_sampling
-from .sampling import Shard, ShardedSampler, sample_seed
+from .sampling import Shard, ShardedSampler, sample_seed, train_sampling
 
 DALI_PIP_PACKAGE = "nvidia-dali-cuda130"
 

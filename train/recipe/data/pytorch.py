@@ -7,7 +7,6 @@ ImageNet recipes do.
 from __future__ import annotations
 
 import atexit
-import functools
 import multiprocessing
 import os
 import signal
@@ -18,11 +17,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
-from ..launch import ensure_loader_server, loader_worker_context
-from ..machine import cpu_cores
-from .augment import IMAGENET_MEAN, IMAGENET_STD, progressive_crop
+from ..machine import cores_per_process
+from .augment import IMAGENET_MEAN, IMAGENET_STD
 from .folders import collate_uint8, image_folders
-from .sampling import Shard, ShardedSampler
+from .loader_server import ensure_loader_server, loader_worker_context
+from .sampling import Shard, ShardedSampler, train_sampling
 
 
 class UInt8Normalizer:
@@ -144,29 +143,16 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def cores_per_process(local_world: int) -> int:
-    return max(1, cpu_cores() // max(local_world, 1))
-
-
 def default_workers(local_world: int) -> int:
     """Loader processes per rank: the rank's share of the cores, one left for the rank itself."""
     return max(1, min(8, cores_per_process(local_world) - 1))
-
-
-def train_sampling(cfg: TrainConfig, train: bool) -> dict:
-    """The training sampler's recipe options: repeated augmentation, progressive resizing."""
-    if not train:
-        return {}
-    crop_of_epoch = (functools.partial(progressive_crop, cfg) if cfg.progressive_resize
-                     else None)
-    return {"repeats": cfg.ra_reps if cfg.ra_sampler else 1, "crop_of_epoch": crop_of_epoch}
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
-        # Already running when an entry script started it (recipe.launch); otherwise started
+        # Already running when an entry script started it (recipe.cli); otherwise started
         # now, it imports the data modules while this process builds the model.
         ensure_loader_server()
     train_set, val_set = image_folders(cfg)

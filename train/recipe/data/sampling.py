@@ -10,12 +10,16 @@ resumed runs) see the same crops.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import Sampler
+
+from ..config import TrainConfig
+from .augment import progressive_crop
 
 
 def _alone(obj: Any) -> List[Any]:
@@ -108,3 +112,12 @@ class ShardedSampler(Sampler):
         if self.shuffle:
             return math.ceil(remaining / self.world)
         return len(range(self.rank, remaining, self.world))
+
+
+def train_sampling(cfg: TrainConfig, train: bool) -> dict:
+    """The training sampler's recipe options: repeated augmentation, progressive resizing."""
+    if not train:
+        return {}
+    crop_of_epoch = (functools.partial(progressive_crop, cfg) if cfg.progressive_resize
+                     else None)
+    return {"repeats": cfg.ra_reps if cfg.ra_sampler else 1, "crop_of_epoch": crop_of_epoch}

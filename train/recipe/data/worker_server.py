@@ -1,5 +1,5 @@
 """Imported only in the fork server that starts the `pytorch` backend's loader workers
-(recipe.launch.loader_worker_context names it in the server's preload list; the trainer never
+(loader_server.loader_worker_context names it in the server's preload list; the trainer never
 imports it).
 
 The server runs in its trainer's process group, so the stop signals meant for the trainer reach

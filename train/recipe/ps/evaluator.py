@@ -15,7 +15,7 @@ from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
 from ..precision import Precision
-from ..strategies import pick_device
+from ..strategies.base import pick_device
 from ..validation import evaluate
 
 

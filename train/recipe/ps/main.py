@@ -17,7 +17,7 @@ from ..data import Shard, build_loaders
 from ..models import build_model
 from ..precision import Precision
 from ..registry import ENTRIES
-from ..strategies import pick_device
+from ..strategies.base import pick_device
 from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
 from .worker import Worker, WorkerStopped

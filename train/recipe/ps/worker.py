@@ -28,7 +28,7 @@ from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
 from ..precision import Precision
-from ..strategies import pick_device
+from ..strategies.base import pick_device
 from . import server as srv
 from . import shards, wire
 from .update_rules import esync_local_optimizer

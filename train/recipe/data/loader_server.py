@@ -1,12 +1,7 @@
-"""What the engine's entry scripts run: read the command line, start the loader workers' fork
-server, and only then import torch and train.
+"""The `pytorch` backend's loader workers start from a fork server, started early.
 
-The order is the point. Importing torch and torchvision takes seconds, and the `pytorch`
-backend's DataLoader workers start from a fork server that imports the same modules once for all
-of them (`loader_worker_context` says why they start that way). Started here, the server imports
-them on another core while this process imports its own copy; started when the loaders are
-built, the first batch waits for it (2.5 s on a 2-core VM). So this module imports nothing
-heavier than the config: no torch.
+Imports no torch (the CLI starts the server before the trainer imports torch, so that both
+import it at once on two cores); the server itself imports the modules its workers run, once.
 """
 from __future__ import annotations
 
@@ -14,10 +9,8 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 from pathlib import Path
-from typing import Optional
 
-from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
-from .registry import ENTRIES
+from ..config import TrainConfig
 
 PACKAGE = __name__.split(".")[0]
 
@@ -64,7 +57,7 @@ def ensure_loader_server() -> None:
     every start (an epoch 1.19x slower on a 2-core VM, validation 2.6x). So the server starts
     with the engine's folder on PYTHONPATH; the trainer's own environment is left as it was."""
     loader_worker_context()
-    engine_folder = str(Path(__file__).resolve().parents[1])
+    engine_folder = str(Path(__file__).resolve().parents[2])
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([engine_folder] + ([saved] if saved else []))
     try:
@@ -74,16 +67,3 @@ def ensure_loader_server() -> None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = saved
-
-
-def main(entry: str, strategy: str, description: str = "",
-         argv: Optional[list] = None) -> None:
-    """An entry script's whole body: `entry` names it in the registry (recipe/registry.py),
-    `strategy` is the class of recipe.strategies that distributes it."""
-    try:
-        cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
-    except UsageError as err:
-        exit_on_usage_error(err)
-    start_loader_server(cfg)
-    from . import engine, strategies  # torch, from here on
-    engine.run(getattr(strategies, strategy), entry, description, cfg=cfg)
