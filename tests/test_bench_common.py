@@ -163,6 +163,7 @@ if os.fork() == 0:          # a child its parent never waits for, like the loade
 """
 
 
+@pytest.mark.slow
 def test_a_runs_orphaned_descendants_count_as_the_runs_cpu_not_others(tmp_path):
     """bench.jobs.run_all adopts what a run leaves behind: an orphan's CPU second is the run's,
     not 'other processes' load' (the loaders' fork server is such an orphan)."""

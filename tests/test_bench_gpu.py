@@ -22,6 +22,7 @@ TINY = ["--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4", "-
         "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
 
 
+@pytest.mark.slow
 def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp_path):
     record_path = tmp_path / "gpu" / "cpu.json"
     # engine_bare=0: a loaded 2-core machine may time the engine below the bare loop, and
@@ -87,6 +88,7 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
         assert f"| {name} [1] |" in text
 
 
+@pytest.mark.slow
 def test_strict_exits_1_when_a_target_is_missed(tmp_path):
     record_path = tmp_path / "r.json"
     proc = run_tool("gpu", "--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4",
@@ -100,6 +102,7 @@ def test_strict_exits_1_when_a_target_is_missed(tmp_path):
     assert "**MISSED**" in gpu.block(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible")
 def test_device_cuda_without_a_gpu_exits_2_with_one_line():
     proc = run_tool("gpu", "--only", "O1-fp16")
@@ -107,6 +110,7 @@ def test_device_cuda_without_a_gpu_exits_2_with_one_line():
     assert proc.stderr.strip().count("\n") == 0 and "no CUDA GPU" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--only", "warp-drive"], "--only: unknown warp-drive"),
     (["--group", "everything"], "--group: unknown everything"),
@@ -137,6 +141,7 @@ def test_a_child_and_everything_it_started_are_ended(tmp_path):
     assert _gone(int(pids.read_text()))
 
 
+@pytest.mark.slow
 def test_the_tool_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     """SIGTERM while a run is going: the tool ends its run's group, keeps what it recorded,
     and exits 143."""

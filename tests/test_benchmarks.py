@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO, read_jsonl, run_tool
 
 
+@pytest.mark.slow
 def test_bench_loop_runs_and_checks_same_math():
     proc = run_tool("loop", "-a", "resnet18", "--image-size", "32", "-b", "4", "--steps", "2",
                     "--warmup", "1", "--repeats", "1")
@@ -19,6 +20,7 @@ def test_bench_loop_runs_and_checks_same_math():
     assert check.endswith("steps each = 0"), check  # bit-identical weights after both loops
 
 
+@pytest.mark.slow
 def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
     figure, record = tmp_path / "io.png", tmp_path / "io" / "bench_io.json"
     proc = run_tool("io", tiny_imagefolder, "--images", "32", "--image-size", "32", "-b", "8",
@@ -47,6 +49,7 @@ def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
     assert (figures / "io.png").read_bytes() == figure.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_tool_without_the_engine_on_the_path_says_how_to_run_it():
     # PYTHONPATH without train/: the tool must not fail with a traceback, but name the fix.
     proc = run_tool("sweep", "--dry-run", env={"PYTHONPATH": str(REPO)})
@@ -55,6 +58,7 @@ def test_a_tool_without_the_engine_on_the_path_says_how_to_run_it():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_recipes_scales_each_preset_to_the_budget_and_runs_it(tmp_path):
     out, data = tmp_path / "study", tmp_path / "data"
     proc = run_tool("recipes", "--epochs", "2", "--classes", "4", "--train-per-class", "8",
@@ -196,6 +200,7 @@ for epoch in range(int(args.epochs)):
 """
 
 
+@pytest.mark.slow
 def test_bench_e2e_runs_our_script_against_the_peers_in_turns(tmp_path, tiny_imagefolder):
     from bench import e2e, regenerate
 
@@ -233,12 +238,14 @@ def test_bench_e2e_runs_our_script_against_the_peers_in_turns(tmp_path, tiny_ima
     assert regenerate.e2e_block(record.parent, tmp_path).strip() in proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_e2e_without_the_peer_script_says_where_to_get_it(tmp_path):
     proc = run_tool("e2e", "--peer", tmp_path / "main.py")
     assert proc.returncode == 2
     assert "pytorch/examples" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
     proc = run_tool("rpc_transport", "--mb", "1", "--repeats", "2", "--idle", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -252,6 +259,7 @@ def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
     assert all(int(share.rstrip("%")) < 25 for share in rows["uv"][2:]), rows
 
 
+@pytest.mark.slow
 def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     """bench.ddp_cost: nd, two nd at once, DDP 1 and DDP 2 in turns, every ratio computed from
     the runs' own logs; the bare loop alone and under DDP; the all-reduce sized as the model's
@@ -307,6 +315,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     assert bare_ddp2 < 0.8 * bare2, (bare_ddp2, bare2)  # ~0.5 on 2 CPUs
 
 
+@pytest.mark.slow
 def test_bench_layout_times_both_layouts_per_size_and_writes_its_record(tmp_path):
     record_path = tmp_path / "bench_layout.json"
     proc = run_tool("layout", "--sizes", "32", "48", "-b", "2", "--steps", "1", "--rounds", "1",

@@ -47,6 +47,7 @@ def loaders():
         loader.close()
 
 
+@pytest.mark.slow
 def test_dali_cpu_ddp_trains_for_real(tiny_imagefolder, tmp_path):
     run_script("ddp.py", TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--data-backend",
                                  "dali-cpu", "--logdir", tmp_path, "--run-name", "dali",
@@ -117,6 +118,7 @@ def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last, loaders
         assert torch.corrcoef(torch.stack([img_dali.flatten(), img_pt.flatten()]))[0, 1] > 0.7
 
 
+@pytest.mark.slow
 def test_dali_cpu_left_out_damaged_files_are_counted(tiny_imagefolder, tmp_path):
     """DALI cannot skip a bad file mid-pipeline, so truncated, empty and non-image files are
     left out before it starts and counted; CMYK, grayscale and PNG-named-.JPEG files train."""
@@ -195,6 +197,7 @@ def test_dali_pipeline_lives_across_epochs_and_reads_each_epochs_order(tiny_imag
     assert _pass_labels(train) == train.files_for_pass()[1]  # ... does not leak into the next
 
 
+@pytest.mark.slow
 def test_dali_resume_is_bit_exact(tiny_imagefolder, tmp_path):
     """The pipeline's random state (crops, flips) goes into the checkpoint, one per rank, so a
     resumed DALI run draws the augmentations the uninterrupted one draws."""

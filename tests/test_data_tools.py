@@ -110,6 +110,7 @@ def test_synthetic_same_bytes_with_worker_processes(tmp_path):
     assert serial == parallel
 
 
+@pytest.mark.slow
 def test_synthetic_manifest_skip_and_regenerate(tmp_path):
     root = tmp_path / "syn"
     synth.make_synthetic_imagefolder(root, **TINY)
@@ -136,6 +137,7 @@ def test_synthetic_manifest_skip_and_regenerate(tmp_path):
     assert sum(1 for _ in (root / "val").rglob("*.JPEG")) == 3 * 2
 
 
+@pytest.mark.slow
 def test_synthetic_cli_writes_and_refuses_foreign_dir(tmp_path):
     root = tmp_path / "cli"
     res = _run(SYNTH_SCRIPT, root, "--classes", 2, "--train-per-class", 2, "--val-per-class", 1,
@@ -289,6 +291,7 @@ def _assert_sorted(val: Path, truth: dict, flat_left: bool = False):
     assert flat == (set(truth) if flat_left else set())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["devkit_tar", "devkit_dir", "kaggle", "txt", "txt_pairs"])
 def test_prepare_val_label_formats(tmp_path, fake_imagenet, fmt):
     root, truth, ids = fake_imagenet
@@ -331,6 +334,7 @@ def test_prepare_val_resumes_partial_run(tmp_path, fake_imagenet):
     _assert_sorted(val, truth)
 
 
+@pytest.mark.slow
 def test_prepare_val_copy_and_dry_run(tmp_path, fake_imagenet):
     root, truth, ids = fake_imagenet
     val = root / "val"
@@ -398,6 +402,7 @@ def _error_case(case: str, tmp_path: Path, root: Path, truth: dict, ids: list):
     raise ValueError(case)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing_val_dir", "no_images", "count_mismatch", "devkit_count_mismatch",
                                   "non_leaf_id", "unknown_format", "bare_ground_truth", "wnid_not_in_train"])
 def test_prepare_val_errors_exit_2(tmp_path, fake_imagenet, case):
@@ -411,6 +416,7 @@ def test_prepare_val_errors_exit_2(tmp_path, fake_imagenet, case):
     assert sorted(p.name for p in (root / "val").iterdir()) == sorted(truth)
 
 
+@pytest.mark.slow
 def test_prepare_val_warns_about_train_classes_without_val(tmp_path, fake_imagenet):
     root, truth, ids = fake_imagenet
     (root / "train" / "n09999999").mkdir()

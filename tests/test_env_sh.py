@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.slow  # every test here starts real processes
 
 
 def test_processes_started_at_once_build_one_environment(tmp_path):

@@ -75,6 +75,7 @@ def _rank_pid(torchrun_pid: int, rank: int) -> int:
     raise AssertionError(f"no rank {rank} among torchrun's children {children}")
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, tmp_path,
                                                              uninterrupted_ddp):
     """kill -9 of rank 1 mid-epoch: the surviving rank fails fast with a clear message, torchrun
@@ -106,6 +107,7 @@ def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, t
     _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
 
 
+@pytest.mark.slow
 def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder, tmp_path,
                                                                uninterrupted_ddp):
     """SIGTERM to torchrun (what `scancel` or a job scheduler does): torchrun passes it to the
@@ -130,6 +132,7 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["pytorch", "dali-cpu"])
 def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path,
                                                                      backend):
@@ -167,6 +170,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_path):
     """Loader workers start from a fork server, so their parent is that server, not the trainer:
     when the trainer is killed outright they (and the server) still end within seconds instead
@@ -187,6 +191,7 @@ def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_pa
     assert all(map(_gone, workers + servers))
 
 
+@pytest.mark.slow
 def test_the_loader_workers_fork_server_outlives_the_stop_signals():
     """torchrun passes SIGTERM to each rank's whole process group, SLURM to every process: the
     fork server the loader workers come from must survive it (killed, it would take the workers
@@ -223,6 +228,7 @@ def _start_ranks(ranks, world: int, args, tmp_path):
 
 # A hung peer is detected by the collective timeout; a dead one when its sockets close (~5 s:
 # its loader workers hold them until they notice their parent is gone), not by the timeout.
+@pytest.mark.slow
 @pytest.mark.parametrize("fault,timeout,at_least,at_most", [("SIGSTOP", 5, 5, 20),
                                                             ("SIGKILL", 60, 0, 20)])
 def test_a_hung_or_dead_peer_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_path, fault,
@@ -246,6 +252,7 @@ def test_a_hung_or_dead_peer_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_
     assert at_least <= detected < at_most, detected
 
 
+@pytest.mark.slow
 def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_path):
     (rank0,) = _start_ranks([0], 2, TINY + ["--dist-timeout", "3", tiny_imagefolder], tmp_path)
     started = time.monotonic()
@@ -256,6 +263,7 @@ def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder,
     assert "1/2 clients joined" in output
 
 
+@pytest.mark.slow
 def test_a_failed_checkpoint_write_stops_every_rank_at_once(tiny_imagefolder, tmp_path):
     """Rank 0 cannot write its checkpoint (the name is taken by a directory, which no rename
     replaces, even for root): every rank exits 1 with the reason within seconds, instead of
@@ -277,6 +285,7 @@ def test_a_failed_checkpoint_write_stops_every_rank_at_once(tiny_imagefolder, tm
 
 
 # --- damaged checkpoints -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_path):
     common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path,
                      "--run-name", "job"]
@@ -294,6 +303,7 @@ def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_
 
 
 # --- damaged data --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_path):
     """CMYK and grayscale JPEGs and a PNG named .JPEG train; a truncated JPEG, a zero-byte file
     and a non-image are skipped and counted over both ranks, and no rank waits for the other.
@@ -334,6 +344,7 @@ def _class_dir_with_images(root):
     return class_dir
 
 
+@pytest.mark.slow
 def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
     """A truncated JPEG and a text file named .JPEG do not stop (or hang) a 2-rank run. In
     training each is replaced by the next readable sample (batches keep their size); in
@@ -371,6 +382,7 @@ threading.Event().wait()  # rank 0: blocked until its process is ended
 """
 
 
+@pytest.mark.slow
 def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     port = str(free_port())
     env = {**os.environ, "PYTHONPATH": str(TRAIN), "MASTER_ADDR": "127.0.0.1",

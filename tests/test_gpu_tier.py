@@ -31,6 +31,7 @@ def checks(out: Path) -> list:
     return [json.loads(line) for line in (out / "checks.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_without_a_gpu_pytest_skips_every_check_and_says_why():
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_TIER_")}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
@@ -42,6 +43,7 @@ def test_without_a_gpu_pytest_skips_every_check_and_says_why():
     assert "no CUDA GPU is visible" in proc.stdout and "gpu_check.sh --cpu" in proc.stdout
 
 
+@pytest.mark.slow
 def test_without_a_gpu_gpu_check_exits_2_and_says_why(tmp_path):
     proc = gpu_check("--out", tmp_path / "record", "entries")
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -49,6 +51,7 @@ def test_without_a_gpu_gpu_check_exits_2_and_says_why(tmp_path):
     assert not (tmp_path / "record").exists()  # nothing ran, nothing written
 
 
+@pytest.mark.slow
 def test_probe_lists_groups_and_bad_arguments():
     probe = gpu_check("--probe", "--cpu")
     assert probe.returncode == 0, probe.stderr
@@ -58,6 +61,7 @@ def test_probe_lists_groups_and_bad_arguments():
     assert bad.returncode == 2 and "unknown group warp-drive" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", GROUPS)
 def test_cpu_simulation_runs_the_group_and_records_each_check(group, tmp_path):
     out = tmp_path / "record"
@@ -76,6 +80,7 @@ def test_cpu_simulation_runs_the_group_and_records_each_check(group, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["checks.jsonl", "output.log", "runs.jsonl"]
 
 
+@pytest.mark.slow
 def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_path):
     out = tmp_path / "record"
     started = time.monotonic()

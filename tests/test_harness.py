@@ -7,6 +7,8 @@ import pytest
 
 import conftest
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 
 def test_a_hung_run_fails_with_its_stacks_and_leaves_no_process(monkeypatch, tmp_path):
     pid_file = tmp_path / "child.pid"

@@ -15,6 +15,8 @@ import torch
 from conftest import (REPO, TINY, TRAIN, _env, assert_resume_is_exact, records, run_script,
                       run_tool)
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 pytest.importorskip("horovod.torch", reason="Horovod is not built: bash launch/install_horovod.sh")
 
 

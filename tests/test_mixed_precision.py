@@ -10,6 +10,8 @@ import torch
 
 from conftest import TINY, assert_resume_is_exact, records, run_script
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 SHORT = TINY + ["-b", "8", "--steps-per-epoch", "3", "--seed", "2"]
 
 

@@ -15,6 +15,8 @@ import torch
 
 from conftest import TINY, records, run_script
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 PARITY = TINY + ["--epochs", "3", "--lr", "0.4", "--seed", "3", "--float64"]
 REL = 1e-6
 

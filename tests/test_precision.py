@@ -41,13 +41,11 @@ def _batch(g, scale=1.0):
     return torch.randn(8, 3, 12, 12, generator=g) * scale, torch.randint(0, 4, (8,), generator=g)
 
 
-def _micro_step(strategy, model, x, y, accum=1, last=True):
-    """What the engine does for one micro-batch."""
-    precision = strategy.precision
+def _micro_step(strategy, x, y, accum=1, last=True):
+    """What the engine does for one micro-batch (`strategy.model`: what setup_module returned,
+    called in its precision)."""
     with strategy.micro_step(last=last):
-        with precision.forward_context():
-            out = model(precision.convert_input(x))
-        loss = nn.functional.cross_entropy(precision.convert_output(out), y)
+        loss = nn.functional.cross_entropy(strategy.model(x), y)
         strategy.backward(loss / accum)
     return loss
 
@@ -57,10 +55,10 @@ def _train_steps(level, steps=3, amp_dtype="bfloat16", loss_scale=None):
     g = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(steps):
-        losses.append(_micro_step(strategy, model, *_batch(g)).item())
+        losses.append(_micro_step(strategy, *_batch(g)).item())
         strategy.optimizer_step(optimizer)
         optimizer.zero_grad()
-    return strategy, model, optimizer, losses
+    return strategy, strategy.module, optimizer, losses  # the bare model, to inspect
 
 
 @pytest.mark.parametrize("level", ["O0", "O1", "O2", "O3"])
@@ -102,7 +100,7 @@ def test_o2_restore_gives_the_masters_the_saved_fp32_values():
     g = torch.Generator().manual_seed(7)
     x, y = _batch(g)
     for strategy, m, opt in ((trained, model, optimizer), (fresh, fresh_model, fresh_optimizer)):
-        _micro_step(strategy, m, x, y)
+        _micro_step(strategy, x, y)
         strategy.optimizer_step(opt)
     for name, value in trained.module_state_dict().items():
         assert torch.equal(value, fresh.module_state_dict()[name]), name
@@ -117,11 +115,11 @@ def test_o2_accumulates_micro_batch_gradients_in_fp32():
     half_grads = []
     for x, y in batches:  # each micro-batch's own half gradient, from a copy of the model
         probe, _, _ = _setup("O2", model=_tiny_convnet())
-        _micro_step(probe, probe.model, x, y, accum=4)
+        _micro_step(probe, x, y, accum=4)
         # the probe moved it into its (empty) master gradient: an exact fp32 copy of the half one
         half_grads.append(probe.named_optimizer_params()[0][1].grad.to(torch.bfloat16))
     for i, (x, y) in enumerate(batches):
-        _micro_step(strategy, model, x, y, accum=4, last=i == 3)
+        _micro_step(strategy, x, y, accum=4, last=i == 3)
     master_grad = strategy.named_optimizer_params()[0][1].grad
     fp32_sum = sum(h.float() for h in half_grads)
     bf16_sum = half_grads[0]
@@ -130,7 +128,7 @@ def test_o2_accumulates_micro_batch_gradients_in_fp32():
     assert master_grad.dtype == torch.float32
     assert torch.equal(master_grad, fp32_sum)
     assert not torch.equal(master_grad, bf16_sum.float())  # the test can tell them apart
-    assert model[0].weight.grad is None  # the half gradients were moved, not copied
+    assert strategy.module[0].weight.grad is None  # the half gradients were moved, not copied
 
 
 @pytest.mark.parametrize("level,dtype,loss_scale,expected", [
@@ -196,7 +194,7 @@ def test_float16_loss_scaling_tracks_fp32(level, loss_scale):
     g = torch.Generator().manual_seed(0)
     for _ in range(3):
         x, y = _batch(g)
-        loss = _micro_step(strategy, model, x, y)
+        loss = _micro_step(strategy, x, y)
         strategy.optimizer_step(optimizer)
         optimizer.zero_grad()
         ref_loss = nn.functional.cross_entropy(reference(x), y)
@@ -226,10 +224,10 @@ def test_float64_runs_the_whole_step_in_float64():
     precision = Precision("O0", float64=True)
     strategy = Strategy(precision, device="cpu")
     strategy.setup_environment()
-    model = strategy.setup_module(_tiny_convnet())
+    strategy.setup_module(_tiny_convnet())
     x, y = _batch(torch.Generator().manual_seed(0))
-    loss = _micro_step(strategy, model, x, y)
-    assert loss.dtype == torch.float64 and model[0].weight.grad.dtype == torch.float64
+    loss = _micro_step(strategy, x, y)
+    assert loss.dtype == torch.float64 and strategy.module[0].weight.grad.dtype == torch.float64
     with pytest.raises(UsageError, match="--float64"):
         Precision("O1", float64=True)
 
@@ -264,7 +262,7 @@ def test_dataparallel_replicas_run_at_the_requested_half_dtype():
         with torch.autocast("cpu", enabled=True):
             replica(torch.randn(2, 4))
 
-    with strategy.precision.forward_context():  # the engine's context, in the main thread
+    with strategy.precision.forward_context():  # InPrecision's, in the main thread
         thread = threading.Thread(target=parallel_apply_worker)
         thread.start()
         thread.join()
@@ -285,12 +283,12 @@ def _overflow_rank(rank: int, port: int, level: str, results) -> None:
         before = {k: v.detach().clone() for k, v in params.items()}
         # Only rank 1's batch overflows float16 (1e6 x activations): its gradient is inf/nan.
         x, y = _batch(g, scale=1e6 if rank == 1 else 1.0)
-        _micro_step(strategy, model, x, y)
+        _micro_step(strategy, x, y)
         strategy.optimizer_step(optimizer)
         optimizer.zero_grad()
         skipped = all(torch.equal(before[k], v) for k, v in params.items())
         scale_after_overflow = strategy.precision.loss_scale()
-        _micro_step(strategy, model, *_batch(g))  # a normal step on both ranks
+        _micro_step(strategy, *_batch(g))  # a normal step on both ranks
         strategy.optimizer_step(optimizer)
         results[rank] = {"skipped": skipped, "scale": scale_after_overflow,
                          "weights": {k: v.detach().clone() for k, v in params.items()}}
@@ -298,6 +296,7 @@ def _overflow_rank(rank: int, port: int, level: str, results) -> None:
         strategy.teardown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(level):
     results = mp.Manager().dict()
@@ -330,7 +329,7 @@ def _powersgd_rank(rank: int, port: int, level: str, overflow_at, results) -> No
                            powersgd_start_step=2)
     strategy.setup_environment()
     try:
-        model = strategy.setup_module(_tiny_convnet())
+        strategy.setup_module(_tiny_convnet())
         params = dict(strategy.named_optimizer_params())  # fp32 masters under O2
         optimizer = strategy.setup_optimizer(torch.optim.SGD(params.values(), lr=0.5,
                                                              momentum=0.9))
@@ -341,9 +340,9 @@ def _powersgd_rank(rank: int, port: int, level: str, overflow_at, results) -> No
                 if overflow_at is None:
                     continue  # the reference run: the step the other run loses is not taken
                 # Only rank 1's batch overflows float16 (1e6 x activations).
-                _micro_step(strategy, model, x * (1e6 if rank == 1 else 1.0), y)
+                _micro_step(strategy, x * (1e6 if rank == 1 else 1.0), y)
             else:
-                losses.append(_micro_step(strategy, model, x, y).item())
+                losses.append(_micro_step(strategy, x, y).item())
             strategy.optimizer_step(optimizer)
             optimizer.zero_grad()
             scales.append(strategy.precision.loss_scale())
@@ -364,6 +363,7 @@ def _run_powersgd(level, overflow_at):
     return dict(results)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_powersgd_survives_an_fp16_overflow_after_its_start_step(level):
     """PowerSGD compresses the loss-scaled gradients and keeps error-feedback and warm-start
@@ -388,6 +388,7 @@ def test_powersgd_survives_an_fp16_overflow_after_its_start_step(level):
         assert torch.equal(value, results[1]["weights"][name]), name
 
 
+@pytest.mark.slow
 def test_powersgd_error_feedback_follows_the_loss_scale():
     """The error-feedback memory holds what compression left out, in the units of the loss
     scale it was made at. When the scale halves (after an overflow) it must be halved too,

@@ -37,6 +37,7 @@ def _params(run_dir):
             and "num_batches" not in k}
 
 
+@pytest.mark.slow
 def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     """Same global batch, data order and lr: the server's SGD on the workers' mean gradient is
     DDP's update. With 2 workers the sums are even bitwise equal; allow fp32 rounding."""
@@ -109,6 +110,7 @@ def _per_worker(run_dir, key):
     return out
 
 
+@pytest.mark.slow
 def test_async_trains_with_staleness_recorded(tiny_imagefolder, tmp_path):
     # The slow worker's mean staleness is (6c + r) / (c + r) for compute c and round trip r:
     # 2.6 to 4.0 in three runs (with 3x it was about 1.5, and 0.92 once).
@@ -130,6 +132,7 @@ def test_async_trains_with_staleness_recorded(tiny_imagefolder, tmp_path):
     assert [v["count"] for v in records(run_dir, "val")] == [20, 20, 20]
 
 
+@pytest.mark.slow
 def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path):
     # The authors' 0.5 s margin is about the slow worker's whole step at this size: with it the
     # fast worker would stop after one step.
@@ -192,6 +195,7 @@ def _preempt_once_training(args, tmp_path, run_dir, trace_dir=None):
     assert codes == [75, 0, 0], (tmp_path / "rank0.txt").read_text()[-2000:]
 
 
+@pytest.mark.slow
 def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
         tiny_imagefolder, tmp_path):
     """Preempted inside epoch 0 with 2 workers, resumed with 1: sync rounds read the epoch's
@@ -216,6 +220,7 @@ def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
     assert records(tmp_path / "cut", "end")[-1]["reason"] == "finished"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_dead_worker(tiny_imagefolder, tmp_path, mode):
     """sync: every process stops within a bounded time with an error naming the lost worker.
@@ -249,6 +254,7 @@ def test_a_dead_worker(tiny_imagefolder, tmp_path, mode):
         assert after and all(r["live_workers"] == 1 for r in after)
 
 
+@pytest.mark.slow
 def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
     """The separate evaluator reproduces the server's own validation of the final weights."""
     run_script("ps.py", STEP_ARGS + ["--mode", "sync", "--epochs", "1", "--steps-per-epoch",
@@ -265,6 +271,7 @@ def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
     assert mine[0]["loss"] == pytest.approx(server[-1]["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--mode", "bsp"], "invalid choice"),
     (["--worker-slowdown", "1,0.5"], "must be >= 1"),
@@ -277,6 +284,7 @@ def test_bad_arguments_exit_2(tiny_imagefolder, tmp_path, args, message):
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
     """Checked on every rank before RPC starts, so nobody waits for a peer that gave up."""
     procs = _start_ranks(TINY + ["--worker-slowdown", "1,2,3", "--logdir", tmp_path,
@@ -290,6 +298,7 @@ def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
     assert "has 3 factors but there are 2 workers (world size - 1 server)" in out
 
 
+@pytest.mark.slow
 def test_one_process_is_not_a_parameter_server(tiny_imagefolder, tmp_path):
     proc = run_script("ps.py", TINY + ["--logdir", tmp_path, tiny_imagefolder], check=False)
     assert proc.returncode == 2 and "at least 2 processes" in proc.stderr
@@ -390,6 +399,7 @@ def test_state_service_rejects_an_unknown_rule():
         EsyncStateService(2, 4, rule="fastest")
 
 
+@pytest.mark.slow
 def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tmp_path):
     """SIGUSR1 (SLURM's warning) on the server: every worker is stopped at the next update, the
     server checkpoints and exits 75; --resume auto continues the same run to its planned end
@@ -411,6 +421,7 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
     assert steps[steps.index(saved["step"]) + 1] == saved["step"] + 1  # no update done twice
 
 
+@pytest.mark.slow
 def test_a_run_resumes_exactly_on_another_number_of_servers(tiny_imagefolder, tmp_path):
     """One server's checkpoint, continued by two servers: bit for bit the weights and momentum
     of one server all along (the optimizer state is split among the servers and merged back

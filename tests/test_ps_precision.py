@@ -12,6 +12,7 @@ from conftest import TINY, TRAIN, records, run_script
 sys.path.insert(0, str(TRAIN))
 from recipe.precision import Precision  # noqa: E402
 from recipe.ps.worker import GradientCapture  # noqa: E402
+from recipe.strategies import Strategy  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -27,16 +28,14 @@ def _batch(scale=1.0):
 
 
 def _capture(precision: Precision, model: nn.Module, images, targets):
-    """One sync worker step as worker.py takes it: the gradients the push would carry."""
-    precision.setup_masters(model)
-    capture = GradientCapture([p for _, p in precision.named_optimizer_params(model)])
-    with precision.forward_context():
-        output = model(precision.convert_input(images))
-    loss = nn.functional.cross_entropy(precision.convert_output(output), targets)
-    precision.backward(loss)
-    if precision.has_masters:
-        precision.accumulate_grads()
-    precision.optimizer_step(capture)
+    """One sync worker step as worker.py takes it, through the single-process strategy (the
+    model converted in place): the gradients the push would carry."""
+    strategy = Strategy(precision, device="cpu")
+    strategy.device = CPU  # `precision` is bound already (binding again would reset its scale)
+    forward = strategy.setup_module(model)
+    capture = GradientCapture([p for _, p in strategy.named_optimizer_params()])
+    strategy.backward(nn.functional.cross_entropy(forward(images), targets))
+    strategy.optimizer_step(capture)
     return capture.captured
 
 
@@ -93,6 +92,7 @@ STEPS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2", "--epochs", "1",
                 "--steps-per-epoch", "4"]
 
 
+@pytest.mark.slow
 def test_o2_bf16_workers_push_bf16_to_two_servers_that_keep_fp32_weights(tiny_imagefolder,
                                                                          tmp_path):
     run_script("ps.py", STEPS + ["--mode", "sync", "--num-servers", "2", "--opt-level", "O2",
@@ -119,6 +119,7 @@ def test_o2_bf16_workers_push_bf16_to_two_servers_that_keep_fp32_weights(tiny_im
     assert any(not torch.equal(v, v.bfloat16().float()) for v in weights)
 
 
+@pytest.mark.slow
 def test_o1_fp16_workers_with_loss_scaling_read_through_dali(tiny_imagefolder, tmp_path):
     pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
     run_script("ps.py", STEPS + ["--mode", "async", "--opt-level", "O1", "--amp-dtype",

@@ -18,6 +18,7 @@ SCALED_DOWN = ["-a", "resnet18", "-b", "8", "--epochs", "9", "--steps-per-epoch"
                "--opt-level", "O0", "-j", "1", "-p", "1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
 def test_each_preset_trains_a_few_steps(preset, tiny_imagefolder, tmp_path):
     proc = run_script("ddp_apex.py", ["--config", preset, *SCALED_DOWN, "--logdir", tmp_path,
@@ -32,6 +33,7 @@ def test_each_preset_trains_a_few_steps(preset, tiny_imagefolder, tmp_path):
         assert [v["count"] for v in records(tmp_path / "r", "val_ema")] == [20] * 9
 
 
+@pytest.mark.slow
 def test_a_saved_config_repeats_the_run(tiny_imagefolder, tmp_path):
     args = TINY + ["-b", "8", "--epochs", "2", "--steps-per-epoch", "3", "--opt", "nesterov",
                    "--lr-schedule", "cosine", "--mixup-alpha", "0.2", "--cutmix-alpha", "1",
@@ -68,6 +70,7 @@ def _assert_close(a, b):
         torch.testing.assert_close(a[name], b[name], rtol=REL, atol=REL * 1e-2, msg=name)
 
 
+@pytest.mark.slow
 def test_ema_and_clipping_are_the_same_under_ddp_and_horovod(tiny_imagefolder, tmp_path):
     common = PARITY + ["--logdir", tmp_path, tiny_imagefolder]
     run_script("nd.py", common + ["-b", "8", "--run-name", "nd"])
@@ -93,6 +96,7 @@ def test_ema_and_clipping_are_the_same_under_ddp_and_horovod(tiny_imagefolder, t
         _assert_close(_state(tmp_path / "nd", key), _state(tmp_path / "hvd", key))
 
 
+@pytest.mark.slow
 def test_ema_survives_a_resume_under_o2(tiny_imagefolder, tmp_path):
     def launch(argv):
         run_script("ddp_apex.py", argv, nproc=2)

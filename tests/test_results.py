@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, TRAIN
 
 from bench import regenerate
@@ -20,6 +22,7 @@ def _regenerate(*args, cwd=REPO):
                                                                             str(REPO)])})
 
 
+@pytest.mark.slow
 def test_results_md_and_figures_are_regenerated_byte_for_byte_from_results(tmp_path):
     kept = {p.name for p in (REPO / "results").iterdir() if p.is_dir()}
     assert kept <= set(regenerate.FOLDERS)
@@ -31,6 +34,7 @@ def test_results_md_and_figures_are_regenerated_byte_for_byte_from_results(tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_changed_log_is_noticed(tmp_path):
     """Sensitivity: one run's numbers changed -> its block and figures would change."""
     results = tmp_path / "results"

@@ -12,6 +12,8 @@ import torch
 
 from conftest import REPO, TINY, records, run_script, traced, traced_samples
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 TRAIN_IMAGES = 64  # tiny_imagefolder: 4 classes x 16
 
 

@@ -18,6 +18,8 @@ import torch
 
 from conftest import REPO, TINY, read_jsonl, records
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 CLUSTER = REPO / "launch" / "slurm" / "local_cluster.sh"
 SINGLE_NODE = REPO / "launch" / "slurm" / "ddp_amp_single_node.sbatch"
 MULTI_NODE = REPO / "launch" / "slurm" / "ddp_amp_multi_node.sbatch"

@@ -11,6 +11,8 @@ import pytest
 
 from conftest import REPO, run_tool
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 
 def _run(tool: str, *args, timeout: int = 300,
          env: Optional[dict] = None) -> subprocess.CompletedProcess:

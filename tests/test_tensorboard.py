@@ -16,6 +16,8 @@ import pytest
 from conftest import REPO, TINY, records, run_script
 from recipe.strategies import free_port
 
+pytestmark = pytest.mark.slow  # every test here starts real processes
+
 TRAIN_IMAGES = 64  # tiny_imagefolder
 
 

@@ -13,6 +13,7 @@ def _weights(path):
     return torch.load(path, map_location="cpu", weights_only=True)["model"]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tiny_imagefolder, tmp_path):
     """2 epochs straight == 1 epoch, then --resume for the second: identical weights, bit for
     bit, with an lr drop at epoch 1 so the scheduler position must be restored too."""
@@ -34,6 +35,7 @@ def test_resume_continues_exactly(tiny_imagefolder, tmp_path):
     assert straight_lrs[0] == pytest.approx(0.1 * 0.1 * 16 / 256)
 
 
+@pytest.mark.slow
 def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
     common = TINY + ["-b", "16", "--logdir", tmp_path, "--run-name", "job"]
     run_script("nd.py", common + ["--epochs", "1", tiny_imagefolder])
@@ -56,6 +58,7 @@ def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
     assert proc.returncode == 2 and "already holds a run's checkpoint" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,nproc", [("pytorch", 2), ("pytorch", 3), ("dali-cpu", 2),
                                            ("dali-cpu", 3)])
 def test_distributed_validation_is_exact(tiny_imagefolder, tmp_path, backend, nproc):
@@ -75,6 +78,7 @@ def test_distributed_validation_is_exact(tiny_imagefolder, tmp_path, backend, np
     assert records(tmp_path / "valN", "run")[0]["world_size"] == nproc
 
 
+@pytest.mark.slow
 def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(tiny_imagefolder, tmp_path):
     """`-e --resume RUN_DIR` evaluates that run's newest checkpoint, says which epoch's weights
     they are (the training run's numbering), and measures what the run measured then."""
@@ -90,6 +94,7 @@ def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(tiny_imagefolder, t
     assert evaluated["loss"] == pytest.approx(trained["loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
         tiny_imagefolder, tmp_path):
     """torchrun ddp_apex.py on generated data (O1 = bf16 autocast on CPU, gloo): the run record,
@@ -150,6 +155,7 @@ def _assert_tensorboard_events(run_dir, train, val):
         [r["top1"] for r in val], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_dp_script_on_cpu_runs_the_plain_module_without_the_wrapper(tiny_imagefolder, tmp_path):
     """nn.DataParallel needs GPUs; on a CPU the script trains the bare module on one device and
     says so. (The wrapper's replicas are exercised on CPU by tests/test_precision.py.)"""
@@ -186,7 +192,7 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
         trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
         trainer.setup()
         trainer.fit()
-        weights = trainer.model.state_dict()
+        weights = trainer.strategy.module.state_dict()
         trainer.close()
         return weights, records(trainer.run_dir, "train")
 
@@ -199,6 +205,7 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
     assert not torch.equal(big["4.weight"], _bn_free_cnn("", 4)[4].weight)  # it did train
 
 
+@pytest.mark.slow
 def test_desired_acc_stops_early(tiny_imagefolder, tmp_path):
     run_script("nd.py", TINY + ["-b", "16", "--epochs", "5", "--steps-per-epoch", "1",
                                 "--desired-acc", "0", "--logdir", tmp_path, "--run-name", "stop",
@@ -207,6 +214,7 @@ def test_desired_acc_stops_early(tiny_imagefolder, tmp_path):
     assert "desired-acc" in records(tmp_path / "stop", "end")[0]["reason"]
 
 
+@pytest.mark.slow
 def test_in_training_validation_scores_the_saved_model(tiny_imagefolder, tmp_path):
     """DDP without --sync-bn: each rank's BatchNorm running stats drift apart during an epoch.
     Validation must score the model the checkpoint holds (rank 0's buffers on every rank)."""
@@ -220,6 +228,7 @@ def test_in_training_validation_scores_the_saved_model(tiny_imagefolder, tmp_pat
     assert during["loss"] == pytest.approx(after["loss"], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_ddp_comm_hooks_change_the_communication_not_the_training(tiny_imagefolder, tmp_path):
     """--ddp-comm-hook registers PyTorch's hooks: fp16 compression and PowerSGD (after its
     plain all-reduce warm-up steps) give updates close to the plain all-reduce, but not
@@ -246,6 +255,7 @@ def test_ddp_comm_hooks_change_the_communication_not_the_training(tiny_imagefold
     assert abs(losses["powersgd"][4] - losses["none"][4]) > 1e-2 * losses["none"][4]
 
 
+@pytest.mark.slow
 def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefolder, tmp_path):
     """summary.csv has a row per epoch, the end record and the closing lines name the best
     top-1 with its epoch (the EMA's too) and the best model, and the printed evaluate command
@@ -297,6 +307,7 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
     assert records(tmp_path / "eval-ema", "val")[0]["top1"] == best_ema["top1"]
 
 
+@pytest.mark.slow
 def test_save_every_keeps_epochs_and_export_weights_loads_into_torchvision(tiny_imagefolder,
                                                                             tmp_path):
     import torchvision

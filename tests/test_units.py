@@ -54,6 +54,7 @@ def test_channels_last_unset_is_decided_by_the_device_and_crop(argv, device, exp
     assert cfg.resolve_channels_last(device) is expected and cfg.channels_last is expected
 
 
+@pytest.mark.slow
 def test_the_cli_reads_the_command_line_without_importing_torch():
     """recipe.cli starts the loader workers' fork server before torch is imported: the two
     imports overlap only while the CLI itself stays free of torch."""
@@ -69,6 +70,7 @@ def test_the_cli_reads_the_command_line_without_importing_torch():
     assert out == ["True", "False", "False"]
 
 
+@pytest.mark.slow
 def test_loader_workers_start_with_the_engine_and_torchvision_imported_when_run_directly():
     """`python train/x.py` as the README shows it, with no PYTHONPATH: the loader workers' fork
     server still imports the engine's data modules, torch and torchvision once, so a worker

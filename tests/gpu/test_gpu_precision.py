@@ -96,9 +96,7 @@ def _overflow_rank(rank: int, port: int, level: str, results) -> None:
             x = (torch.randn(8, 3, 12, 12, generator=g) * scale).to(device)
             y = torch.randint(0, 4, (8,), generator=g).to(device)
             with strategy.micro_step(last=True):
-                with precision.forward_context():
-                    out = model(precision.convert_input(x))
-                strategy.backward(nn.functional.cross_entropy(precision.convert_output(out), y))
+                strategy.backward(nn.functional.cross_entropy(model(x), y))
             strategy.optimizer_step(optimizer)
             optimizer.zero_grad()
 

@@ -22,7 +22,6 @@ from .ema import ModelEMA, ema_decay_per_update
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
 from .optim import build_optimizer
-from .precision import Precision
 from .presets import scaling_note
 from .progress import RunClock, duration
 from .registry import ENTRIES
@@ -276,7 +275,7 @@ class Trainer:
 
     def train_one_epoch(self) -> Dict[str, float]:
         cfg, strategy = self.cfg, self.strategy
-        self.model.train()
+        self.model = strategy.train_model()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
         self.train_loader.set_epoch(self.epoch, start_sample=start * self.global_batch)
         interval = SumMeter(("loss", "correct1", "correct5"), self.device)
@@ -322,7 +321,7 @@ class Trainer:
         """One optimizer step: --grad-accum micro-batches (gradient sync on the last only),
         the precision's forward/backward, the optimizer step and the schedule. Adds the
         micro-batches' loss and hits to `meter`; returns the seconds spent waiting for data."""
-        cfg, strategy, precision = self.cfg, self.strategy, self.precision
+        cfg, strategy = self.cfg, self.strategy
         data_time = 0.0
         for micro in range(cfg.grad_accum):
             t = time.perf_counter()
@@ -331,9 +330,8 @@ class Trainer:
             # MixUp / CutMix: the loss sees soft targets; accuracy is scored on the labels.
             images, goal = self.mixer(images, targets) if self.mixer else (images, targets)
             with strategy.micro_step(last=micro == cfg.grad_accum - 1):
-                with precision.forward_context():
-                    output = self.model(precision.convert_input(images))
-                loss = self.criterion(precision.convert_output(output), goal)
+                output = self.model(images)  # in the loss's dtype, whatever the model ran in
+                loss = self.criterion(output, goal)
                 strategy.backward(loss / cfg.grad_accum)
             correct1, correct5 = correct_topk(output, targets)
             meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
@@ -373,7 +371,7 @@ class Trainer:
 
     def validate(self) -> Dict[str, float]:
         stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
-                         self.criterion, self.precision, self.strategy.all_reduce_sum)
+                         self.criterion, self.strategy.all_reduce_sum)
         self.log.write("val", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats,
                        skipped=self._skipped(self.val_loader))
@@ -387,9 +385,8 @@ class Trainer:
     def validate_ema(self) -> Dict[str, float]:
         """The moving average, scored like the model (it is not what `best` refers to), in its
         own precision: fp32 (float64 with --float64)."""
-        self.strategy.share_buffers(self.ema.module)
-        stats = evaluate(self.ema.module, self.val_loader, self.device, self.criterion,
-                         Precision(float64=self.cfg.float64), self.strategy.all_reduce_sum)
+        stats = evaluate(self.strategy.eval_average(self.ema.module), self.val_loader,
+                         self.device, self.criterion, self.strategy.all_reduce_sum)
         self.log.write("val_ema", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats)
         self.log.print(f" * Val epoch {self.epoch} EMA: loss {stats['loss']:.4f}  "

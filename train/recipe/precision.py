@@ -240,6 +240,10 @@ class Precision:
         """The loss is computed in fp32 (float64 with --float64), whatever the model ran in."""
         return output if output.dtype == torch.float64 else output.float()
 
+    def wrap(self, module: nn.Module) -> "InPrecision":
+        """`module` as the loops call it: `model(images)` in this precision (see InPrecision)."""
+        return InPrecision(module, self)
+
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
@@ -286,3 +290,23 @@ class Precision:
         if state.get("scaler") and self.scaling and same_kind and not isinstance(
                 self.scaler, StaticLossScaler):
             self.scaler.load_state_dict(state["scaler"])
+
+
+class InPrecision(nn.Module):
+    """The one seam between a training or evaluation loop and the precision: calling it runs
+    the wrapped module (plain, DDP, DataParallel or compiled) under the precision's forward
+    context (autocast for O1), on the input converted to the model's dtype (half under O2/O3,
+    float64 under --float64), and gives the output back in the loss's dtype (fp32, or
+    float64). The loops call `model(images)` and never the precision (Lightning Fabric's
+    module wrapper plays the same part). It holds no state: state dicts come from the bare
+    module the strategy keeps."""
+
+    def __init__(self, module: nn.Module, precision: Precision):
+        super().__init__()
+        self.module, self.precision = module, precision
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        precision = self.precision
+        with precision.forward_context():
+            output = self.module(precision.convert_input(images))
+        return precision.convert_output(output)

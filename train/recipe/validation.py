@@ -12,7 +12,6 @@ import torch
 import torch.nn as nn
 
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
-from .precision import Precision
 
 
 def _no_reduction(sums: torch.Tensor) -> torch.Tensor:
@@ -21,22 +20,18 @@ def _no_reduction(sums: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader, device: torch.device, criterion: nn.Module,
-             precision: Precision,
              all_reduce_sum: Callable[[torch.Tensor], torch.Tensor] = _no_reduction
              ) -> Dict[str, float]:
     """-> loss, top1, top5 (%), count, seconds and img_s over the whole validation set.
 
-    `precision`: the run's Precision plugin (autocast and input casts as in training;
-    `Precision()` for a float32 model). `all_reduce_sum`: the strategy's, when each rank holds one shard
-    (collective: every rank must call `evaluate`)."""
+    `model`: a float32 model, or one in its precision (the strategy's `eval_model`, whose
+    output is in the loss's dtype). `all_reduce_sum`: the strategy's, when each rank holds one
+    shard (collective: every rank must call `evaluate`)."""
     model.eval()
     meter = SumMeter(("loss", "correct1", "correct5"), device)
     watch = Stopwatch(device)
     for images, targets in loader:
-        with precision.forward_context():
-            output = model(precision.convert_input(images))
-        # the loss in fp32 (float64 under --float64), whatever the model ran in
-        output = precision.convert_output(output)
+        output = model(images)
         loss = criterion(output, targets)
         correct1, correct5 = correct_topk(output, targets)
         meter.add(len(targets), loss=loss * len(targets), correct1=correct1, correct5=correct5)

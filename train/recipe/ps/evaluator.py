@@ -14,7 +14,6 @@ import torch.nn as nn
 from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
-from ..precision import Precision
 from ..strategies.base import pick_device
 from ..validation import evaluate
 
@@ -91,7 +90,7 @@ def watch(cfg) -> None:
                     if model is None:
                         model = build_model(state["arch"], num_classes).to(device)
                     model.load_state_dict(state["model"])
-                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss(), Precision())
+                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss())
                     log.write("val", epoch=state["epoch"], step=state["step"],
                               samples_seen=state.get("samples", 0),
                               checkpoint=str(state["path"]), **stats)

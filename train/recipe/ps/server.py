@@ -21,7 +21,6 @@ import torch.nn as nn
 
 from .. import checkpoint
 from ..metrics import summarize
-from ..precision import Precision
 from ..progress import RunClock
 from ..runlog import RunLog
 from ..schedule import LrMultiplier
@@ -420,7 +419,7 @@ class ParameterServer:
         self._eval_model.load_state_dict(state["model"])
         # the evaluation copy is a float32 model, whatever precision the server trains in
         stats = evaluate(self._eval_model, self.val_loader, self.eval_device,
-                         nn.CrossEntropyLoss(), Precision())
+                         nn.CrossEntropyLoss())
         is_best = stats["top1"] > self.best_top1
         self.best_top1 = max(self.best_top1, stats["top1"])
         step = state["step"]

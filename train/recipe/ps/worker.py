@@ -28,7 +28,7 @@ from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
 from ..precision import Precision
-from ..strategies.base import pick_device
+from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
 from .update_rules import esync_local_optimizer
@@ -64,6 +64,18 @@ class GradientCapture(torch.optim.Optimizer):
                          for p in self.param_groups[0]["params"]]
 
 
+class WorkerStrategy(Strategy):
+    """A worker's device, model and precision: one process, no collectives (the servers are
+    reached over RPC), the GPU `gpu`; the backward and the optimizer step are the single-process
+    strategy's, O2's fp32 masters included. Only worker 1 prints the precision's notices."""
+
+    name = "ps"
+
+    def __init__(self, cfg, worker: int, gpu: int):
+        super().__init__(Precision.from_config(cfg), device=cfg.device)
+        self.rank, self.local_rank = worker - 1, gpu
+
+
 class Worker:
     def __init__(self, cfg, worker: int, workers: int, slowdown: float):
         self.cfg, self.worker, self.workers, self.slowdown = cfg, worker, workers, slowdown
@@ -72,12 +84,11 @@ class Worker:
         local_rank = int(os.environ.get("LOCAL_RANK", servers + worker - 1))
         gpu = ((local_rank - servers) % torch.cuda.device_count() if torch.cuda.is_available()
                else 0)
-        self.device = pick_device(cfg.device, gpu)
-        cfg.resolve_channels_last(self.device.type)
-        if self.device.type == "cuda":
-            # As the other entries do: otherwise pinned memory and the first CUDA call of every
-            # worker open a context on GPU 0.
-            torch.cuda.set_device(self.device)
+        # Setting the device as the other entries do: otherwise pinned memory and the first
+        # CUDA call of every worker open a context on GPU 0.
+        self.strategy = WorkerStrategy(cfg, worker, gpu)
+        self.device = self.strategy.setup_environment()
+        self.strategy.channels_last = cfg.resolve_channels_last(self.device.type)
         torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(
             cfg, worker_shard(worker - 1, workers, cfg.split), self.device)
@@ -85,15 +96,11 @@ class Worker:
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         torch.manual_seed((cfg.seed or 0) + worker)  # weights are replaced by the first pull
-        memory_format = torch.channels_last if cfg.channels_last else torch.preserve_format
-        self.precision = Precision.from_config(cfg)
-        self.precision.bind(self.device, notice=print if worker == 1 else lambda message: None)
-        self.model = self.precision.convert_module(
-            build_model(cfg.arch, self.num_classes).to(self.device, memory_format=memory_format))
-        self.model.train()
-        self.precision.setup_masters(self.model)
+        self.strategy.setup_module(build_model(cfg.arch, self.num_classes))
+        self.model = self.strategy.train_model()  # called in its precision
+        self.module = self.strategy.module  # the bare model: what the servers' tensors load into
         # What the optimizer steps (O2: the fp32 masters), in the model's parameter order.
-        self.trained = [p for _, p in self.precision.named_optimizer_params(self.model)]
+        self.trained = [p for _, p in self.strategy.named_optimizer_params()]
         self.optimizer = (esync_local_optimizer(self.trained, cfg) if cfg.mode == "esync"
                           else GradientCapture(self.trained))
         self.push_dtype = None if cfg.push_dtype == "auto" else getattr(torch, cfg.push_dtype)
@@ -155,8 +162,8 @@ class Worker:
         elif len(params) != len(self.trained):  # K = 1 answers the whole model every time
             raise WorkerStopped(f"server 0 sent {len(params)} tensors for "
                                 f"{len(self.trained)} parameters")
-        self.precision.load_parameters(self.model, params)
-        wire.load_buffers(self.model, bufs)
+        self.strategy.precision.load_parameters(self.module, params)
+        wire.load_buffers(self.module, bufs)
         self.step = control["step"]
         self.lost_peers = control["lost"]
         self.lr_multiplier = control["lr_multiplier"]
@@ -168,16 +175,12 @@ class Worker:
         --worker-slowdown factor (a sleep, so an emulated slow worker does not take CPU from
         the others)."""
         start = time.perf_counter()
-        precision = self.precision
-        with precision.forward_context():
-            output = self.model(precision.convert_input(images))
-        loss = self.criterion(precision.convert_output(output), targets)
+        output = self.model(images)
+        loss = self.criterion(output, targets)
         self.optimizer.zero_grad(set_to_none=True)
-        self.model.zero_grad(set_to_none=True)  # O2: the half model's own gradients
-        precision.backward(loss)
-        if precision.has_masters:
-            precision.accumulate_grads()
-        precision.optimizer_step(self.optimizer)
+        self.module.zero_grad(set_to_none=True)  # O2: the half model's own gradients
+        self.strategy.backward(loss)
+        self.strategy.optimizer_step(self.optimizer)
         correct1, correct5 = correct_topk(output, targets)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -187,7 +190,7 @@ class Worker:
         n = len(targets)
         return {"count": n, "loss": loss.item() * n, "correct1": correct1.item(),
                 "correct5": correct5.item(), "compute_time": time.perf_counter() - start,
-                "steps": 1, "loss_scale": precision.loss_scale()}
+                "steps": 1, "loss_scale": self.strategy.precision.loss_scale()}
 
     def _push(self, fn, tensors: List[torch.Tensor], stats: dict) -> dict:
         """Send each server its shard of `tensors` (gradients or deltas; empty: this step
@@ -195,7 +198,7 @@ class Worker:
         if self.push_dtype is not None:
             tensors = [t.to(self.push_dtype) for t in tensors]
         parts = [shards.pick(tensors, indices) if tensors else [] for indices in self.shards]
-        bufs = wire.snapshot(wire.buffers(self.model))
+        bufs = wire.snapshot(wire.buffers(self.module))
         for k, part in enumerate(parts):
             self.bytes_pushed[k] += wire.nbytes(part) + (wire.nbytes(bufs) if k == 0 else 0)
         stats.update(bytes_pushed=sum(self.bytes_pushed), bytes_pulled=sum(self.bytes_pulled),

@@ -74,8 +74,9 @@ class Strategy:
 
     # --- model -----------------------------------------------------------------------------------
     def setup_module(self, model: nn.Module) -> nn.Module:
-        """The model to train: converted, on its device, cast, identical on every rank and
-        wrapped. `self.module` keeps the bare model (state dicts, validation)."""
+        """The model to train: converted, on its device, cast, identical on every rank, wrapped
+        and in its precision (precision.InPrecision: the loops call `model(images)` and get
+        the output in the loss's dtype). `self.module` keeps the bare model (state dicts)."""
         model = self._convert_module(model)
         memory_format = torch.channels_last if self.channels_last else torch.preserve_format
         model = self.precision.convert_module(model.to(self.device, memory_format=memory_format))
@@ -83,8 +84,12 @@ class Strategy:
         wrapped = self._wrap_and_share(model)
         # After the broadcast, so that every rank's fp32 masters are rank 0's weights.
         self.precision.setup_masters(model)
-        self.model = torch.compile(wrapped) if self.compile else wrapped
+        self.model = self.precision.wrap(torch.compile(wrapped) if self.compile else wrapped)
         return self.model
+
+    def train_model(self) -> nn.Module:
+        """The model to train with, in training mode (the partner of `eval_model`)."""
+        return self.model.train()
 
     def _convert_module(self, model: nn.Module) -> nn.Module:
         """Changes made before placing and casting (e.g. SyncBatchNorm)."""
@@ -95,9 +100,16 @@ class Strategy:
         return model
 
     def eval_model(self) -> nn.Module:
-        """The model to run validation with: it must not communicate, because validation
-        shards differ in size and a collective in forward would wait forever."""
+        """The model to run validation with, in its precision: it must not communicate,
+        because validation shards differ in size and a collective in forward would wait
+        forever. `evaluate` puts it in eval mode."""
         return self.model
+
+    def eval_average(self, average: nn.Module) -> nn.Module:
+        """A moving average of the weights (--model-ema), to validate: rank 0's buffers on
+        every rank, run in fp32 (float64 under --float64) whatever the training precision."""
+        self.share_buffers(average)
+        return Precision(float64=self.precision.float64).wrap(average)
 
     def share_buffers(self, module: nn.Module) -> None:
         """Give every rank rank 0's buffers of `module` (collective). Each rank updates its

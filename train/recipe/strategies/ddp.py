@@ -150,7 +150,7 @@ class DDPStrategy(Strategy):
         # updated its BatchNorm running stats with its own batches since the last broadcast,
         # and the checkpoint holds rank 0's, so that is the model validation must score.
         self.share_buffers(self.module)
-        return self.module
+        return self.precision.wrap(self.module)
 
     def share_buffers(self, module: nn.Module) -> None:
         for buffer in module.buffers():
