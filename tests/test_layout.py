@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import REPO, TRAIN
 from recipe.config import build_parser
-from recipe.registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
+from recipe.registry import CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_LEVELS, STRATEGIES
 
 
 def test_registry_lists_every_entry_script_under_its_own_name():
@@ -24,9 +24,10 @@ def test_registry_lists_every_entry_script_under_its_own_name():
 def test_every_entry_names_a_strategy_class_that_exists():
     from recipe.strategies import Strategy, strategy_class
 
-    for entry in ENTRIES.values():
-        if entry.name != "ps":  # the parameter server has a loop of its own (recipe.ps)
-            assert issubclass(strategy_class(entry.strategy), Strategy), entry.name
+    for name, spec in STRATEGIES.items():
+        if spec.path:  # "": the parameter server, which has a loop of its own (recipe.ps)
+            assert issubclass(strategy_class(name), Strategy), name
+    assert {entry.strategy for entry in ENTRIES.values()} <= set(STRATEGIES)
 
 
 def test_the_cli_offers_what_the_registry_lists():
@@ -36,13 +37,20 @@ def test_the_cli_offers_what_the_registry_lists():
     assert choices["opt_level"] == OPT_LEVELS
 
 
-def test_every_strategy_specific_option_names_real_entry_scripts():
+def test_options_name_what_they_need_not_which_scripts_have_them():
+    """A strategy-specific option names a capability some strategy provides; no list of
+    script names decides which script has which option."""
     import dataclasses
 
+    from recipe import config
     from recipe.ps.config import PSConfig
 
+    provided = set().union(*(spec.provides for spec in STRATEGIES.values()))
+    assert provided == CAPABILITIES
     for f in dataclasses.fields(PSConfig):
-        assert set(f.metadata["only"] or ()) <= set(ENTRIES), f.name
+        assert f.metadata["needs"] in CAPABILITIES | {None}, f.name
+    source = Path(config.__file__).read_text()
+    assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)]
 
 
 def _module_name(path: Path) -> str:
@@ -71,8 +79,8 @@ def _import_graph() -> dict:
     modules = {_module_name(p): p for p in (TRAIN / "recipe").rglob("*.py")}
     graph = {m: set(_imports(p, m) & modules.keys()) - {m} for m, p in modules.items()}
     graph["recipe.data"] |= set(DATA_BACKENDS.values())
-    graph["recipe.cli"] |= {f"recipe.strategies.{e.strategy.split(':')[0]}"
-                            for e in ENTRIES.values() if e.strategy}
+    graph["recipe.cli"] |= {f"recipe.strategies.{spec.path.split(':')[0]}"
+                            for spec in STRATEGIES.values() if spec.path}
     return graph
 
 

@@ -18,14 +18,16 @@ from typing import Any, Optional, Tuple
 from .errors import UsageError
 from .peer_flags import ALIASES, REFUSED
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
-from .registry import DATA_BACKENDS, ENTRIES, OPT_LEVELS
+from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
+                       HOROVOD_COMPRESSION, OPT_LEVELS, PROCESSES, SHARE_GPUS, SYNC_BN,
+                       entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
 WARMUP_METHODS = ("linear", "constant")
 OPTIMIZERS = ("sgd", "nesterov", "adamw", "rmsprop", "lars", "lamb")
 AUTO_AUGMENT = ("none", "imagenet", "ra", "ta_wide")
 LOSSES = ("ce", "bce")
-DDP_COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+COMM_HOOK_CHOICES = ("none", "fp16", "bf16", "powersgd")
 # The smallest train crop at which channels_last pays on a CPU (see resolve_channels_last).
 CPU_CHANNELS_LAST_MIN_CROP = 112
 
@@ -59,18 +61,14 @@ CHECKPOINTING, LOGGING = "checkpointing", "logging"
 HELP_GROUPS = (PRESETS, DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION, PRECISION,
                DISTRIBUTION, CHECKPOINTING, LOGGING)
 
-# Entry scripts (registry names) that share strategy-specific options.
-DDP_ENTRIES = ("ddp", "ddp_apex")
-MULTI_PROCESS = ("ddp", "ddp_apex", "hvd", "ps")
-ENGINE_ENTRIES = ("nd", "dp", "ddp", "ddp_apex", "hvd")  # everything but the parameter server
 
-
-def opt(group: str, *flags: str, help: str, only: Optional[Tuple[str, ...]] = None,
+def opt(group: str, *flags: str, help: str, needs: Optional[str] = None,
         elsewhere: str = "", **argparse_kwargs: Any) -> dict:
-    """Field metadata: the help group, CLI flags and help of one config field. `only`: the
-    entry scripts that have the option (default: all); the others leave it out of -h and
-    refuse it, adding `elsewhere` (where to look instead) to the message."""
-    return {"group": group, "flags": flags, "help": help, "only": only,
+    """Field metadata: the help group, CLI flags and help of one config field. `needs`: the
+    capability (registry.CAPABILITIES) a script's strategy must provide for the option to
+    mean something (default: none, every script has it); the other scripts leave it out of
+    -h and refuse it, adding `elsewhere` (where to look instead) to the message."""
+    return {"group": group, "flags": flags, "help": help, "needs": needs,
             "elsewhere": elsewhere, "argparse": argparse_kwargs}
 
 
@@ -119,10 +117,10 @@ class TrainConfig:
         AUGMENTATION, "--random-erase", help="probability of random erasing per training image"))
     mixup_alpha: float = field(default=0.0, metadata=opt(
         AUGMENTATION, "--mixup-alpha", help="MixUp's Beta(alpha, alpha) (0: off); with "
-        "--cutmix-alpha too, each batch gets one of the two at random", only=ENGINE_ENTRIES))
+        "--cutmix-alpha too, each batch gets one of the two at random", needs=ENGINE_LOOP))
     cutmix_alpha: float = field(default=0.0, metadata=opt(
         AUGMENTATION, "--cutmix-alpha", help="CutMix's Beta(alpha, alpha) (0: off)",
-        only=ENGINE_ENTRIES))
+        needs=ENGINE_LOOP))
     ra_sampler: bool = field(default=False, metadata=opt(
         AUGMENTATION, "--ra-sampler",
         help="repeated augmentation: each image appears --ra-reps times per epoch (on "
@@ -149,7 +147,7 @@ class TrainConfig:
              "it is the faster layout (a CPU at crops of 112 px and more; a GPU with a half "
              "type), off for small crops on a CPU and for fp32 on a GPU"))
     compile: bool = field(default=False, metadata=opt(
-        MODEL, "--compile", help="torch.compile the model", only=ENGINE_ENTRIES))
+        MODEL, "--compile", help="torch.compile the model", needs=ENGINE_LOOP))
 
     # --- optimization ---------------------------------------------------------------------------
     epochs: int = field(default=90, metadata=opt(
@@ -165,7 +163,7 @@ class TrainConfig:
     optimizer: str = field(default="sgd", metadata=opt(
         OPTIMIZATION, "--opt", help="sgd, nesterov (SGD with Nesterov momentum), adamw, "
         "rmsprop, lars or lamb (the last two from timm.optim)", choices=OPTIMIZERS,
-        only=ENGINE_ENTRIES, elsewhere="the parameter server's update rule is SGD"))
+        needs=ENGINE_LOOP, elsewhere="the parameter server's update rule is SGD"))
     momentum: float = field(default=0.9, metadata=opt(
         OPTIMIZATION, "--momentum", help="momentum of sgd, nesterov, rmsprop and lars"))
     lr_schedule: str = field(default="multistep", metadata=opt(
@@ -194,12 +192,12 @@ class TrainConfig:
         OPTIMIZATION, "--warmup-start-factor", help="the warm-up's starting fraction of the lr"))
     clip_grad_norm: Optional[float] = field(default=None, metadata=opt(
         OPTIMIZATION, "--clip-grad-norm", help="clip the global gradient norm to this "
-        "(measured on the reduced, unscaled gradients)", only=ENGINE_ENTRIES,
+        "(measured on the reduced, unscaled gradients)", needs=ENGINE_LOOP,
         elsewhere="the parameter server does not clip"))
     grad_accum: int = field(default=1, metadata=opt(
         OPTIMIZATION, "--grad-accum", "--batches-per-allreduce",
         help="micro-batches accumulated per optimizer step (Horovod's name: batches per "
-             "all-reduce)", only=ENGINE_ENTRIES))
+             "all-reduce)", needs=ENGINE_LOOP))
     steps_per_epoch: int = field(default=0, metadata=opt(
         OPTIMIZATION, "--steps-per-epoch",
         help="cap optimizer steps per epoch (0: the whole epoch); for benchmarks and sweeps"))
@@ -217,28 +215,28 @@ class TrainConfig:
     norm_weight_decay: Optional[float] = field(default=None, metadata=opt(
         REGULARIZATION, "--norm-weight-decay",
         help="weight decay of normalisation layers' weights and biases (default: --wd)",
-        only=ENGINE_ENTRIES, elsewhere="the parameter server decays every parameter alike"))
+        needs=ENGINE_LOOP, elsewhere="the parameter server decays every parameter alike"))
     bias_weight_decay: Optional[float] = field(default=None, metadata=opt(
         REGULARIZATION, "--bias-weight-decay",
-        help="weight decay of the other layers' biases (default: --wd)", only=ENGINE_ENTRIES,
+        help="weight decay of the other layers' biases (default: --wd)", needs=ENGINE_LOOP,
         elsewhere="the parameter server decays every parameter alike"))
     label_smoothing: float = field(default=0.0, metadata=opt(
         REGULARIZATION, "--label-smoothing", help="label smoothing of the loss"))
     loss: str = field(default="ce", metadata=opt(
         REGULARIZATION, "--loss", help="ce: softmax cross-entropy; bce: binary cross-entropy "
         "per class on the (smoothed, mixed) targets, as in timm's ResNet strikes back",
-        choices=LOSSES, only=ENGINE_ENTRIES))
+        choices=LOSSES, needs=ENGINE_LOOP))
     model_ema: bool = field(default=False, metadata=opt(
         REGULARIZATION, "--model-ema", help="keep an exponential moving average of the "
-        "weights, validated and checkpointed with the model", only=ENGINE_ENTRIES))
+        "weights, validated and checkpointed with the model", needs=ENGINE_LOOP))
     model_ema_steps: int = field(default=32, metadata=opt(
         REGULARIZATION, "--model-ema-steps", help="update the average every N optimizer "
-                                                  "steps", only=ENGINE_ENTRIES))
+                                                  "steps", needs=ENGINE_LOOP))
     model_ema_decay: float = field(default=0.99998, metadata=opt(
         REGULARIZATION, "--model-ema-decay",
         help="torchvision's definition, kept so that its recipes carry over: each update "
              "keeps 1 - (1 - decay) x global batch x --model-ema-steps / --epochs of the "
-             "average", only=ENGINE_ENTRIES))
+             "average", needs=ENGINE_LOOP))
 
     # --- precision ------------------------------------------------------------------------------
     opt_level: str = field(default="O0", metadata=opt(
@@ -267,35 +265,35 @@ class TrainConfig:
         help="let more processes than GPUs run on one node, local rank r on GPU r mod the GPU "
              "count, communicating over gloo (NCCL refuses two ranks on one GPU): for trying "
              "the multi-process paths on a one-GPU machine, not for speed",
-        only=("ddp", "ddp_apex"), elsewhere="one process per node has nothing to share"))
+        needs=SHARE_GPUS, elsewhere="one process per node has nothing to share"))
     sync_bn: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--sync-bn", help="synchronise BatchNorm statistics across processes",
-        only=("ddp", "ddp_apex", "hvd"), elsewhere="one process has nothing to synchronise"))
+        needs=SYNC_BN, elsewhere="one process has nothing to synchronise"))
     ddp_comm_hook: str = field(default="none", metadata=opt(
         DISTRIBUTION, "--ddp-comm-hook",
         help="gradient communication hook (PyTorch built-ins): fp16 / bf16 compress gradients "
              "to half for the all-reduce, powersgd sends low-rank approximations with error "
-             "feedback", choices=DDP_COMM_HOOKS, only=DDP_ENTRIES,
+             "feedback", choices=COMM_HOOK_CHOICES, needs=DDP_COMM_HOOKS,
         elsewhere="Horovod's counterpart is --fp16-allreduce"))
     powersgd_rank: int = field(default=1, metadata=opt(
         DISTRIBUTION, "--powersgd-rank", help="PowerSGD matrix approximation rank",
-        only=DDP_ENTRIES))
+        needs=DDP_COMM_HOOKS))
     powersgd_start_step: int = field(default=10, metadata=opt(
         DISTRIBUTION, "--powersgd-start-step",
         help="PowerSGD: plain all-reduce for this many steps first (PyTorch suggests about "
-             "10%% of training, at least 2)", only=DDP_ENTRIES))
+             "10%% of training, at least 2)", needs=DDP_COMM_HOOKS))
     fp16_allreduce: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--fp16-allreduce", help="compress gradients to fp16 for the all-reduce",
-        only=("hvd",), elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
+        needs=HOROVOD_COMPRESSION, elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
     worker_slowdown: Optional[str] = field(default=None, metadata=opt(
         DISTRIBUTION, "--worker-slowdown",
         help="emulated heterogeneity: per-process step-time factors, e.g. 1,1,3 (the third "
              "process sleeps 2x its compute time after each step; default: all 1)",
-        only=MULTI_PROCESS))
+        needs=PROCESSES))
     dist_timeout: float = field(default=600.0, metadata=opt(
         DISTRIBUTION, "--dist-timeout",
         help="seconds a collective (or the process-group start) may wait for a peer before "
-             "the run fails with an error naming the cause", only=("ddp", "ddp_apex", "ps")))
+             "the run fails with an error naming the cause", needs=COLLECTIVE_TIMEOUT))
 
     # --- checkpointing --------------------------------------------------------------------------
     resume: Optional[str] = field(default=None, metadata=opt(
@@ -310,16 +308,16 @@ class TrainConfig:
         CHECKPOINTING, "--checkpoint-every", help="also checkpoint every N optimizer steps "
                                                   "inside an epoch (0: only at epoch ends)"))
     save_every: int = field(default=0, metadata=opt(
-        CHECKPOINTING, "--save-every", only=ENGINE_ENTRIES,
+        CHECKPOINTING, "--save-every", needs=ENGINE_LOOP,
         help="also keep every Nth epoch's checkpoint as checkpoint-epochE.pth (0: keep only "
              "the newest, the one before it and the best)"))
     export_weights: Optional[str] = field(default=None, metadata=opt(
-        CHECKPOINTING, "--export-weights", metavar="FILE", only=ENGINE_ENTRIES,
+        CHECKPOINTING, "--export-weights", metavar="FILE", needs=ENGINE_LOOP,
         help="at the end, write the best model's weights (with -e: the evaluated ones) to FILE "
              "alone, fp32, as torchvision's models load them"))
     evaluate: bool = field(default=False, metadata=opt(
         CHECKPOINTING, "-e", "--evaluate",
-        help="only evaluate the model (with --resume or --pretrained)", only=ENGINE_ENTRIES,
+        help="only evaluate the model (with --resume or --pretrained)", needs=ENGINE_LOOP,
         elsewhere="the parameter server validates checkpoints with --evaluator RUN_DIR"))
 
     # --- logging --------------------------------------------------------------------------------
@@ -395,7 +393,7 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
     for f in dataclasses.fields(config_cls):
         meta = f.metadata
         default = defaults.get(f.name, f.default)
-        shown = meta["only"] is None or entry is None or entry in meta["only"]
+        shown = meta["needs"] is None or entry is None or ENTRIES[entry].provides(meta["needs"])
         unset = default is None or default is False  # nothing worth printing
         help_text = meta["help"] if unset else f"{meta['help']} (default: {default})"
         kwargs = dict(meta["argparse"], help=help_text if shown else argparse.SUPPRESS)
@@ -452,10 +450,10 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
     """UsageError for an option set on the command line that this entry script does not
     have, naming the scripts that do."""
     for f in dataclasses.fields(config_cls):
-        only = f.metadata["only"]
-        if only is None or entry in only or ns[f.name] == f.default:
+        needs = f.metadata["needs"]
+        if needs is None or ENTRIES[entry].provides(needs) or ns[f.name] == f.default:
             continue
-        scripts = ", ".join(ENTRIES[name].script for name in only)
+        scripts = ", ".join(ENTRIES[name].script for name in entries_providing(needs))
         hint = f"; {f.metadata['elsewhere']}" if f.metadata["elsewhere"] else ""
         raise UsageError(f"{f.metadata['flags'][-1]} is an option of {scripts}, not of "
                          f"{ENTRIES[entry].script}{hint}")

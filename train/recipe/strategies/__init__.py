@@ -6,13 +6,15 @@
     ddp.py      DDPStrategy, free_port
     horovod.py  HorovodStrategy
 
-The registry names each entry script's class (`Entry.strategy`); `strategy_class` resolves that
-name.
+The registry lists them (`registry.STRATEGIES`: the class and the capabilities it provides, from
+which the command line derives the options each entry script shows and accepts);
+`strategy_class` resolves an entry's strategy to its class.
 """
 from __future__ import annotations
 
 import importlib
 
+from ..registry import STRATEGIES
 from .base import Strategy, pick_device
 from .ddp import DDPStrategy, free_port
 from .dp import DataParallelStrategy
@@ -22,7 +24,7 @@ __all__ = ["DDPStrategy", "DataParallelStrategy", "HorovodStrategy", "Strategy",
            "pick_device", "strategy_class"]
 
 
-def strategy_class(path: str) -> type:
-    """'module:Class' of this package (a registry Entry's `strategy`) -> the class."""
-    module, name = path.split(":")
+def strategy_class(strategy: str) -> type:
+    """A key of registry.STRATEGIES (an Entry's `strategy`) -> its class."""
+    module, name = STRATEGIES[strategy].path.split(":")
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
