@@ -311,7 +311,7 @@ def test_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(level):
 # --- PowerSGD under fp16 loss scaling (real processes, gloo) ---------------------------------
 def _powersgd_state(strategy):
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
-    for _, state in strategy._ddp._comm_hooks:
+    for _, state in strategy.wrapper._comm_hooks:
         state = getattr(state, "powersgd", state)  # unwrapped, if the hook wraps torch's
         if isinstance(state, PowerSGDState):
             return state

@@ -20,7 +20,7 @@ from .peer_flags import ALIASES, REFUSED
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
                        HOROVOD_COMPRESSION, OPT_LEVELS, PROCESSES, SHARE_GPUS, SYNC_BN,
-                       entries_providing)
+                       WHOLE_WEIGHTS, entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
 WARMUP_METHODS = ("linear", "constant")
@@ -228,15 +228,16 @@ class TrainConfig:
         choices=LOSSES, needs=ENGINE_LOOP))
     model_ema: bool = field(default=False, metadata=opt(
         REGULARIZATION, "--model-ema", help="keep an exponential moving average of the "
-        "weights, validated and checkpointed with the model", needs=ENGINE_LOOP))
+        "weights, validated and checkpointed with the model", needs=WHOLE_WEIGHTS,
+        elsewhere="the average is of whole weights, which a sharding strategy does not hold"))
     model_ema_steps: int = field(default=32, metadata=opt(
         REGULARIZATION, "--model-ema-steps", help="update the average every N optimizer "
-                                                  "steps", needs=ENGINE_LOOP))
+                                                  "steps", needs=WHOLE_WEIGHTS))
     model_ema_decay: float = field(default=0.99998, metadata=opt(
         REGULARIZATION, "--model-ema-decay",
         help="torchvision's definition, kept so that its recipes carry over: each update "
              "keeps 1 - (1 - decay) x global batch x --model-ema-steps / --epochs of the "
-             "average", needs=ENGINE_LOOP))
+             "average", needs=WHOLE_WEIGHTS))
 
     # --- precision ------------------------------------------------------------------------------
     opt_level: str = field(default="O0", metadata=opt(

@@ -468,7 +468,9 @@ class Trainer:
                 loader.close()
         self.log.close()
         if teardown:
-            self.model = None  # the strategy frees the wrapper before leaving the group
+            # The strategy frees the wrapper before leaving the group; nothing here may keep
+            # it alive (under FSDP the optimizer's parameters hold the group's device mesh).
+            self.model = self.optimizer = self.scheduler = self.ema = None
             self.strategy.teardown()
 
 

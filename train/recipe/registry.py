@@ -21,8 +21,9 @@ SYNC_BN = "BatchNorm over processes"
 SHARE_GPUS = "several processes per GPU"
 DDP_COMM_HOOKS = "DDP communication hooks"
 HOROVOD_COMPRESSION = "Horovod's gradient compression"
+WHOLE_WEIGHTS = "whole weights on every rank"  # the engine's loop, unsharded: --model-ema
 CAPABILITIES = frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION})
+                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS})
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,15 @@ class StrategySpec:
 
 
 STRATEGIES: Dict[str, StrategySpec] = {
-    "nd": StrategySpec("base:Strategy", frozenset({ENGINE_LOOP})),
-    "dp": StrategySpec("dp:DataParallelStrategy", frozenset({ENGINE_LOOP})),
+    "nd": StrategySpec("base:Strategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
+    "dp": StrategySpec("dp:DataParallelStrategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
     "ddp": StrategySpec("ddp:DDPStrategy", frozenset({
-        ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS, DDP_COMM_HOOKS})),
+        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
+        DDP_COMM_HOOKS})),
     "hvd": StrategySpec("horovod:HorovodStrategy", frozenset({
-        ENGINE_LOOP, PROCESSES, SYNC_BN, HOROVOD_COMPRESSION})),
+        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN, HOROVOD_COMPRESSION})),
+    "fsdp": StrategySpec("fsdp:FSDPStrategy", frozenset({
+        ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN})),
     # the parameter server: its own loop (recipe.ps) and its own options (ps.config.PSConfig)
     "ps": StrategySpec("", frozenset({PROCESSES, COLLECTIVE_TIMEOUT})),
 }
@@ -70,6 +74,7 @@ ENTRIES: Dict[str, Entry] = {e.name: e for e in (
     Entry("ddp_apex", "train/ddp_apex.py", "ddp", "DDP (apex)", "torchrun",
           defaults={"opt_level": "O1"}),
     Entry("hvd", "train/hvd.py", "hvd", "Horovod", "horovodrun"),
+    Entry("fsdp", "train/fsdp.py", "fsdp", "FSDP2", "torchrun"),
     Entry("ps", "train/ps.py", "ps", "PS", "torchrun"),  # parameter server
 )}
 

@@ -1,10 +1,12 @@
 """Distribution strategies: one small class each, in a module of its own, behind one interface
 (`base.Strategy`, which is also the single-process strategy).
 
-    base.py     Strategy (nd), pick_device
-    dp.py       DataParallelStrategy
-    ddp.py      DDPStrategy, free_port
-    horovod.py  HorovodStrategy
+    base.py           Strategy (nd), pick_device
+    dp.py             DataParallelStrategy
+    process_group.py  ProcessGroupStrategy: what DDP and FSDP share (torch.distributed), free_port
+    ddp.py            DDPStrategy
+    fsdp.py           FSDPStrategy (FSDP2: fully_shard)
+    horovod.py        HorovodStrategy
 
 The registry lists them (`registry.STRATEGIES`: the class and the capabilities it provides, from
 which the command line derives the options each entry script shows and accepts);
@@ -16,12 +18,14 @@ import importlib
 
 from ..registry import STRATEGIES
 from .base import Strategy, pick_device
-from .ddp import DDPStrategy, free_port
+from .ddp import DDPStrategy
 from .dp import DataParallelStrategy
+from .fsdp import FSDPStrategy
 from .horovod import HorovodStrategy
+from .process_group import ProcessGroupStrategy, free_port
 
-__all__ = ["DDPStrategy", "DataParallelStrategy", "HorovodStrategy", "Strategy", "free_port",
-           "pick_device", "strategy_class"]
+__all__ = ["DDPStrategy", "DataParallelStrategy", "FSDPStrategy", "HorovodStrategy",
+           "ProcessGroupStrategy", "Strategy", "free_port", "pick_device", "strategy_class"]
 
 
 def strategy_class(strategy: str) -> type:

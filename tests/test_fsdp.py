@@ -1,0 +1,131 @@
+"""FSDP2 (train/fsdp.py): the same training as nd and DDP in float64, exact resume, checkpoints
+that DDP resumes (and the other way round), an overflow on one rank's shard skipped on every
+rank, and the combinations it refuses."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from conftest import TINY, assert_resume_is_exact, records, run_script, weights
+from recipe.strategies import FSDPStrategy, free_port
+from test_bad_input import run_in_process
+from test_parity import PARITY, REL, _assert_different_training, _assert_same_training
+from test_precision import _setup
+
+
+def _fsdp(argv):
+    return run_script("fsdp.py", argv, nproc=2)
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_imagefolder, tmp_path_factory):
+    """nd (batch 8); FSDP and DDP 2 x 4, each with and without --sync-bn."""
+    logdir = tmp_path_factory.mktemp("fsdp_parity")
+    common = PARITY + ["--logdir", logdir]
+    run_script("nd.py", common + ["-b", "8", "--run-name", "nd", tiny_imagefolder])
+    for script in ("fsdp.py", "ddp.py"):
+        name = script[:-3]
+        run_script(script, common + ["-b", "4", "--sync-bn", "--run-name", name,
+                                     tiny_imagefolder], nproc=2)
+        run_script(script, common + ["-b", "4", "--run-name", f"{name}_local_bn",
+                                     tiny_imagefolder], nproc=2)
+    return logdir
+
+
+@pytest.mark.slow
+def test_fsdp_matches_nd_and_ddp_exactly(runs):
+    """24 float64 steps: FSDP with --sync-bn trains as nd on the global batch does, and without
+    it as DDP does (BatchNorm over each rank's half batch)."""
+    _assert_same_training(runs / "nd", runs / "fsdp")
+    _assert_same_training(runs / "ddp_local_bn", runs / "fsdp_local_bn")
+    _assert_different_training(runs / "fsdp", runs / "fsdp_local_bn")  # the check can tell
+    run = records(runs / "fsdp", "run")[0]
+    assert run["entry"] == "fsdp" and run["world_size"] == 2
+    assert run["precision"]["dtype"] == "float64"
+
+
+@pytest.mark.slow
+def test_fsdp_resume_is_exact(tiny_imagefolder, tmp_path):
+    args = TINY + ["-b", "4", "--steps-per-epoch", "3", "--seed", "2", "--opt-level", "O1"]
+    state = assert_resume_is_exact(_fsdp, args, tiny_imagefolder, tmp_path)
+    assert state["model"]["conv1.weight"].shape == (64, 3, 7, 7)  # whole, not a shard
+    # the optimizer state numbered as torch.optim numbers it, one momentum per parameter
+    numbers = sorted(n for group in state["optimizer"]["param_groups"] for n in group["params"])
+    assert numbers == list(range(62)) == sorted(state["optimizer"]["state"])  # resnet18: 62
+
+
+@pytest.mark.slow
+def test_an_fsdp_checkpoint_continues_under_ddp_and_a_ddp_one_under_fsdp(tiny_imagefolder,
+                                                                         tmp_path):
+    """Checkpoints are the same file whichever strategy wrote them: epoch 2 under the other
+    strategy continues the training (momentum included) as the same strategy would."""
+    common = PARITY + ["-b", "4", "--logdir", tmp_path]
+    for first, second in (("fsdp.py", "ddp.py"), ("ddp.py", "fsdp.py")):
+        name = f"{first[:-3]}_then_{second[:-3]}"
+        run_script(first, common + ["--epochs", "1", "--run-name", name, tiny_imagefolder],
+                   nproc=2)
+        run_script(second, common + ["--epochs", "2", "--resume", "auto", "--run-name", name,
+                                     tiny_imagefolder], nproc=2)
+    run_script("ddp.py", common + ["--epochs", "2", "--run-name", "ddp", tiny_imagefolder],
+               nproc=2)
+    straight = weights(tmp_path / "ddp")["model"]
+    for name in ("fsdp_then_ddp", "ddp_then_fsdp"):
+        resumed = weights(tmp_path / name)["model"]
+        for key, value in straight.items():
+            if value.is_floating_point() and "running" not in key:
+                torch.testing.assert_close(resumed[key], value, rtol=REL, atol=REL * 1e-2,
+                                           msg=f"{name}: {key}")
+
+
+def _overflow_rank(rank: int, port: int, results) -> None:
+    import os
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    strategy, _, optimizer = _setup("O1", "float16", strategy_class=FSDPStrategy)
+    try:
+        shards = [p.to_local() for p in strategy.module.parameters()]
+        before = [s.detach().clone() for s in shards]
+        g = torch.Generator().manual_seed(rank)
+        x, y = torch.randn(8, 3, 12, 12, generator=g), torch.randint(0, 4, (8,), generator=g)
+        with strategy.micro_step(last=True):
+            loss = torch.nn.functional.cross_entropy(strategy.model(x), y)
+            strategy.backward(loss)
+        # an overflow in one element of rank 1's shard of the last layer's gradient only
+        if rank == 1:
+            list(strategy.module.parameters())[-2].grad.to_local().view(-1)[0] = float("inf")
+        strategy.optimizer_step(optimizer)
+        results[rank] = {"skipped": all(torch.equal(b, s) for b, s in zip(before, shards)),
+                         "scale": strategy.precision.loss_scale()}
+    finally:
+        strategy.teardown()
+
+
+@pytest.mark.slow
+def test_an_overflow_in_one_ranks_shard_skips_the_step_on_every_rank():
+    results = mp.Manager().dict()
+    mp.spawn(_overflow_rank, args=(free_port(), results), nprocs=2)
+    assert results[0] == results[1] == {"skipped": True, "scale": 32768.0}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--opt-level", "O2"], "--opt-level O2 keeps half weights"),
+    (["--opt-level", "O3"], "--opt-level O3 keeps half weights"),
+    (["--model-ema"], "--model-ema is an option of train/nd.py, train/dp.py, train/ddp.py"),
+    (["--ddp-comm-hook", "fp16"], "--ddp-comm-hook is an option of train/ddp.py"),
+    (["--fp16-allreduce"], "--fp16-allreduce is an option of train/hvd.py"),
+])
+def test_what_fsdp_cannot_do_is_refused(tiny_imagefolder, tmp_path, capsys, args, message):
+    code, _, err = run_in_process("fsdp.py", TINY + args + ["--logdir", tmp_path / "runs",
+                                                            tiny_imagefolder], capsys)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_fsdp_help_leaves_out_what_it_does_not_take(capsys):
+    from test_bad_input import _help
+    text = _help("fsdp.py", capsys)
+    assert "--sync-bn" in text and "--opt-level" in text
+    for flag in ("--model-ema", "--ddp-comm-hook", "--fp16-allreduce", "--share-gpus"):
+        assert flag not in text, flag
