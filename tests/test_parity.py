@@ -1,4 +1,5 @@
-"""Strategies compute the same training: nd vs DDP vs Horovod vs the sync parameter server.
+"""Strategies compute the same training: nd vs DDP vs FSDP vs Horovod vs the sync parameter
+server.
 
 Every run is the real entry script, in float64 (`--float64`), for 24 optimizer steps (3 epochs
 of 8) with the same global batch of 8, data order and initial weights. In float32 the runs
@@ -13,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY, records, run_script
+from conftest import TINY, records, run_script, weights
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -92,3 +93,31 @@ def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
     run_script("ps.py", PARITY + ["--logdir", runs, "-b", "4", "--mode", "sync",
                                   "--run-name", "ps", tiny_imagefolder], nproc=3)
     _assert_same_training(runs / "ddp_local_bn", runs / "ps")
+
+
+def test_fsdp_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
+    """FSDP2 with --sync-bn trains as nd on the global batch does, and without it as DDP does
+    (BatchNorm over each rank's half batch)."""
+    common = PARITY + ["--logdir", runs, "-b", "4", tiny_imagefolder]
+    run_script("fsdp.py", common + ["--sync-bn", "--run-name", "fsdp"], nproc=2)
+    run_script("fsdp.py", common + ["--run-name", "fsdp_local_bn"], nproc=2)
+    _assert_same_training(runs / "nd", runs / "fsdp")
+    _assert_same_training(runs / "ddp_local_bn", runs / "fsdp_local_bn")
+    run = records(runs / "fsdp", "run")[0]
+    assert run["entry"] == "fsdp" and run["world_size"] == 2
+
+
+@pytest.mark.parametrize("first,then", [("fsdp.py", "ddp.py"), ("ddp.py", "fsdp.py")])
+def test_a_checkpoint_continues_under_the_other_of_fsdp_and_ddp(runs, tiny_imagefolder,
+                                                                 first, then):
+    """A checkpoint is the same file whichever strategy wrote it: epochs 2-3 under the other
+    strategy continue the training (momentum included) as DDP's own 3 epochs do."""
+    name = f"{first[:-3]}_then_{then[:-3]}"
+    common = PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--run-name", name,
+                       tiny_imagefolder]
+    run_script(first, [*common, "--epochs", "1"], nproc=2)  # the last --epochs wins
+    run_script(then, [*common, "--resume", "auto"], nproc=2)
+    straight, resumed = weights(runs / "ddp")["model"], weights(runs / name)["model"]
+    for key, value in straight.items():
+        if value.is_floating_point() and "running" not in key:
+            torch.testing.assert_close(resumed[key], value, rtol=REL, atol=REL * 1e-2, msg=key)
