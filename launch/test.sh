@@ -27,4 +27,4 @@ if ! command -v sbatch >/dev/null; then
     echo "launch/test.sh: SLURM is not installed and this is not root: tests/test_slurm.py will skip" >&2
   fi
 fi
-exec launch/env.sh python -m pytest -q "$@"
+exec launch/env.sh python -m pytest -q --durations=30 "$@"

@@ -318,8 +318,9 @@ class Trainer:
         return {**stats, "img_s": img_s, "epoch_time": epoch_time}
 
     def train_step(self, batches: Iterator, meter: SumMeter) -> float:
-        """One optimizer step: --grad-accum micro-batches (gradient sync on the last only),
-        the precision's forward/backward, the optimizer step and the schedule. Adds the
+        """One optimizer step: --grad-accum micro-batches (gradient sync on the last only), the
+        model's forward (in its precision) and the strategy's backward, the optimizer step and
+        the schedule. Adds the
         micro-batches' loss and hits to `meter`; returns the seconds spent waiting for data."""
         cfg, strategy = self.cfg, self.strategy
         data_time = 0.0

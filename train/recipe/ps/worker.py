@@ -84,8 +84,9 @@ class Worker:
         local_rank = int(os.environ.get("LOCAL_RANK", servers + worker - 1))
         gpu = ((local_rank - servers) % torch.cuda.device_count() if torch.cuda.is_available()
                else 0)
-        # Setting the device as the other entries do: otherwise pinned memory and the first
-        # CUDA call of every worker open a context on GPU 0.
+        # setup_environment makes the worker's GPU the current one, as for the engine's
+        # strategies: otherwise pinned memory and every worker's first CUDA call open a
+        # context on GPU 0.
         self.strategy = WorkerStrategy(cfg, worker, gpu)
         self.device = self.strategy.setup_environment()
         self.strategy.channels_last = cfg.resolve_channels_last(self.device.type)
