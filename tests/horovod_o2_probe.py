@@ -20,12 +20,12 @@ def main(out_dir: Path) -> None:
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
     strategy = HorovodStrategy(Precision("O2", "bfloat16"), device="cpu")
     strategy.setup_environment()
-    model = strategy.setup_module(model)
+    forward = strategy.setup_module(model)  # in its precision; `model` stays the bare one
     masters = dict(strategy.named_optimizer_params())
     optimizer = strategy.setup_optimizer(torch.optim.SGD(list(masters.values()), lr=0.5))
     g = torch.Generator().manual_seed(strategy.rank)  # each rank its own batch
     x, y = torch.randn(4, 3, 12, 12, generator=g), torch.randint(0, 4, (4,), generator=g)
-    loss = nn.functional.cross_entropy(model(x.to(torch.bfloat16)).float(), y)
+    loss = nn.functional.cross_entropy(forward(x), y)
     strategy.precision.backward(loss)
     # Horovod's DistributedOptimizer keeps one entry per gradient whose all-reduce its hook
     # has started; right after backward, before synchronize, they are the ones overlapped.
