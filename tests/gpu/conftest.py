@@ -22,6 +22,7 @@ import torch
 from . import gpu_tier
 
 HERE = Path(__file__).resolve().parent
+_SESSION_PID = None  # the pytest process (set at session start)
 _current = {}  # the check running now: its nodeid and start (for a line when the tier is stopped)
 
 
@@ -78,6 +79,8 @@ def environment() -> dict:
 
 
 def pytest_sessionstart(session):
+    global _SESSION_PID
+    _SESSION_PID = os.getpid()
     if gpu_tier.OUT is not None:
         gpu_tier.append("checks.jsonl", environment())
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -86,7 +89,13 @@ def pytest_sessionstart(session):
 
 def _stopped(signum, frame):
     """The tier was stopped (a time limit's SIGTERM): record the check in flight, kill every run
-    still alive, and end."""
+    still alive, and end. Once, and in the pytest process only: GNU timeout signals pytest and
+    then its whole process group, where a process forked from pytest has this handler too
+    (a check was seen recorded twice)."""
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_IGN)
+    if os.getpid() != _SESSION_PID:
+        os._exit(128 + signum)
     if _current:
         gpu_tier.append("checks.jsonl", {
             "kind": "check", "check": _current["check"], "group": _current["group"],
