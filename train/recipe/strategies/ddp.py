@@ -81,4 +81,4 @@ class DDPStrategy(ProcessGroupStrategy):
         return self.wrapper.no_sync()
 
     def describe(self) -> dict:
-        return {**super().describe(), "backend": self.backend, "comm_hook": self.comm_hook}
+        return {**super().describe(), "comm_hook": self.comm_hook}
