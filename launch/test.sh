@@ -27,4 +27,7 @@ if ! command -v sbatch >/dev/null; then
     echo "launch/test.sh: SLURM is not installed and this is not root: tests/test_slurm.py will skip" >&2
   fi
 fi
-exec launch/env.sh python -m pytest -q --durations=30 "$@"
+# Two workers (pytest-xdist): most tests start process groups that wait on each other, on
+# sockets and on timers more than they compute, so a second worker fills the idle CPU.
+# loadgroup keeps the SLURM tests (one shared local cluster) on one worker.
+exec launch/env.sh python -m pytest -q --durations=30 -n 2 --dist loadgroup "$@"

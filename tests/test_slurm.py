@@ -18,7 +18,9 @@ import torch
 
 from conftest import REPO, TINY, read_jsonl, records
 
-pytestmark = pytest.mark.slow  # every test here starts real processes
+# Every test here starts real processes; all of them share one local cluster (the module's
+# fixture), so under launch/test.sh's two workers they run on the same one.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 CLUSTER = REPO / "launch" / "slurm" / "local_cluster.sh"
 SINGLE_NODE = REPO / "launch" / "slurm" / "ddp_amp_single_node.sbatch"
