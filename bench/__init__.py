@@ -5,10 +5,7 @@
   ps            parameter server (sync, async, ESync) vs DDP with a slow worker
   esync         ESync vs sync and async SGD with a slow worker, IID and by-class splits
   recipes       the presets of recipes/ at one small budget
-  hvd           Horovod vs DDP throughput in one run
   io            input-pipeline throughput, every loader on the same files and cores
-  loop          the engine's optimizer step (Trainer.train_step) vs a hand-written one,
-                same batches
   gpu           GPU throughput: ResNet-50 O1/O2 fp16/bf16, engine vs bare, torch.compile,
                 DDP on one NCCL rank, the pytorch and DALI GPU loaders, peak memory, targets
   scaling       the scaling model: predicted vs published and measured scaling
@@ -18,6 +15,9 @@
   plot_scaling  the sweep's figures (figures/scaling_*.png)
   plot_ps       the PS benchmark's figures (figures/ps_*.png)
   regenerate    every RESULTS.md section and figure, from the logs kept in results/
+  studies       the one-question studies (engine overhead, memory layout, Horovod vs DDP,
+                DDP's efficiency, the RPC transport): `python -m bench.studies.<name>`,
+                their page bench/studies/README.md
 
 and the modules they share: common (the run-log reader, the RESULTS.md block and table
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and

@@ -194,7 +194,7 @@ def shown_command(tool: str, argv: Sequence[str]) -> str:
     return " ".join([f"python -m bench.{tool}", *shown])
 
 
-# --- tools that time the entry scripts in turns on synthetic data (bench.hvd, bench.ddp_cost) --
+# --- tools that time entry scripts in turns on synthetic data (bench.studies: hvd, ddp_cost) --
 def turns_parser(doc: str, tool: str) -> argparse.ArgumentParser:
     """The command line of a tool that runs entry scripts in turns and reports from the kept
     logs; `doc`: the tool's docstring, its first line the description."""

@@ -13,9 +13,9 @@ row. A unit is one measurement and gives one or two rows; --only names units (--
 together: both sets), and a unit whose targets compare with another unit's rows brings that
 unit along, so every target of a record is judged within it.
 
-  loop     (bench.loop, in this process) the engine's train step against a hand-written PyTorch
-           loop with the same model, precision and optimizer, on the same batches already on the
-           GPU, in alternating rounds: O1 and O2, in float16 and bfloat16. The engine is set up
+  loop     (bench.studies.loop, in this process) the engine's train step against a hand-written
+           PyTorch loop with the same model, precision and optimizer, on the same batches
+           already on the GPU, in alternating rounds: O1 and O2, in float16 and bfloat16. The engine is set up
            with the entry scripts' own flags (--dummy --opt-level ... --channels-last).
   compile  the same pair with torch.compile on both sides (--amp-dtype's half type, O1).
   scripts  the entry scripts as users start them, timed from their own interval log lines:
@@ -28,7 +28,7 @@ the median of --repeats log intervals of --steps steps after the warm-up interva
 images over seconds across a window of 10 intervals of (workers x prefetch_factor) batches after
 the warm-up, so the batches the workers had ready before the clock started are a tenth of the
 window at most. Peak memory is torch.cuda.max_memory_allocated (for pairs: each side as if it ran
-alone, see bench/loop.py); none on a CPU.
+alone, see bench/studies/loop.py); none on a CPU.
 
 Targets (ResNet-50, one H100): engine O1 float16 >= 3,000 img/s; engine / bare >= 0.97 (each
 pair); O2 >= O1 (engine, same half type); DALI GPU >= 0.85 x synthetic (within 15 %). A missed
@@ -169,7 +169,7 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
                    "(default: git's)")
     args = p.parse_args(argv)
-    from bench import loop  # torch, like every measurement after the parse
+    from bench.studies import loop  # torch, like every measurement after the parse
 
     loop.check_sizes(p, args)
     if args.workers is not None and args.workers <= 0:
@@ -363,12 +363,12 @@ def missed(rows: List[dict]) -> List[str]:
             for t in r["targets"] if t["met"] is False]
 
 
-# --- the pairs: bench.loop in this process ------------------------------------------------------
+# --- the pairs: bench.studies.loop in this process ---------------------------------------------
 def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
                  compile_: bool) -> List[dict]:
     import torch
 
-    from bench import loop
+    from bench.studies import loop
     from recipe.config import UsageError
 
     largs = loop.parse_cli([

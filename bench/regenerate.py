@@ -10,15 +10,9 @@ results/ holds only what the tables and figures are computed from: each run's `l
 (`sweep.json`). From them alone this module writes, byte for byte the same on every machine:
 
   results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
-  results/loop/               the `bench_loop` block (bench.loop --json results/loop/bench_loop.json)
-  results/layout/             the `bench_layout` block (bench.layout --json
-                              results/layout/bench_layout.json)
   results/cpu/                the `bench_cpu` block (launch/bench_cpu.sh)
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
-  results/hvd/                the `bench_hvd` block (bench.hvd)
-  results/ddp_cost/<label>/   the `bench_ddp_cost` block, one report per measurement
-                              (bench.ddp_cost; --archive RUNS_DIR ddp_cost/<label>)
   results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)
@@ -37,11 +31,11 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
 from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log, run_dirs,
@@ -49,12 +43,8 @@ from bench.common import (REPO, logged_device, logged_hardware, markdown_table, 
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
-            "bench_loop": "## Engine overhead: one engine step vs a hand-written step",
-            "bench_layout": "## Memory layout on a CPU: NCHW or channels_last (`bench/layout.py`)",
             "bench_cpu": "## CPU: nd vs DDP, fp32 vs bf16",
             "bench_io": "## Input pipelines (`bench/io.py`)",
-            "bench_hvd": "## Horovod vs DDP (`bench/hvd.py`)",
-            "bench_ddp_cost": "## Where DDP's efficiency goes (`bench/ddp_cost.py`)",
             "bench_e2e": "## End to end vs pytorch/examples and timm (`bench/e2e.py`)",
             "scaling_model": "## Scaling model",
             "sweep": "## Strategy sweep",
@@ -102,31 +92,6 @@ def sweep_block(folder: Path, figures: Path) -> str:
 
     plot_scaling.draw(folder, figures)
     return results.sweep_block(folder)
-
-
-def loop_block(folder: Path, figures: Path) -> str:
-    """bench.loop's record: the engine's step against a bare step, round by round."""
-    record = json.loads((folder / "bench_loop.json").read_text())
-    cfg, hw, median = record["config"], record["hardware"], record["median"]
-    ratios = [r["ratio"] for r in record["rounds"]]
-    steps = cfg["warmup"] + cfg["repeats"] * cfg["steps"]
-    return "\n".join([
-        f"Command: `launch/env.sh {record['command']}` ({cfg['arch']}, {cfg['image_size']} px, "
-        f"batch {cfg['batch_size']}, {cfg['opt_level']}, one process with "
-        f"{hw['torch_threads']} thread(s)) on {hw['cpu']} ({hw['cpu_cores']} cores, "
-        f"{hw['gpu'] or 'no GPU'}), torch {hw['torch']}, at commit "
-        f"{shown_commit(record.get('commit'))} (record: `results/loop/bench_loop.json`):",
-        "",
-        markdown_table(["rounds x steps", "engine img/s (median)", "bare img/s (median)",
-                        "engine / bare (median of rounds)"],
-                       [[f"{len(ratios)} x {cfg['steps']}", f"{median['engine_img_s']:.1f}",
-                         f"{median['bare_img_s']:.1f}", f"**{median['ratio']:.2f}x**"]]),
-        "",
-        f"Single rounds scatter between {min(ratios):.2f}x and {max(ratios):.2f}x, so only the "
-        f"median of many rounds means anything (target: >= {record['target']}). Same math: "
-        f"after {steps} steps each, the two models' weights differ by at most "
-        f"{record['max_weight_diff']:.3g}.",
-    ]) + "\n"
 
 
 def cpu_block(folder: Path, figures: Path) -> str:
@@ -241,24 +206,6 @@ def e2e_block(folder: Path, figures: Path) -> str:
     return e2e.block(folder, figures)
 
 
-def hvd_block(folder: Path, figures: Path) -> str:
-    from bench import hvd
-
-    return hvd.report(folder)
-
-
-def layout_block(folder: Path, figures: Path) -> str:
-    from bench import layout
-
-    return layout.table(json.loads((folder / "bench_layout.json").read_text()))
-
-
-def ddp_cost_block(folder: Path, figures: Path) -> str:
-    from bench import ddp_cost
-
-    return ddp_cost.block(folder)
-
-
 def scaling_block(folder: Path, figures: Path) -> str:
     """The scaling model against the published cases, and against the sweep's runs on this
     machine (the same logs as the sweep section)."""
@@ -311,12 +258,8 @@ def esync_block(folder: Path, figures: Path) -> str:
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
-    "bench_loop": ("loop", loop_block),
-    "bench_layout": ("layout", layout_block),
     "bench_cpu": ("cpu", cpu_block),
     "bench_io": ("io", io_block),
-    "bench_hvd": ("hvd", hvd_block),
-    "bench_ddp_cost": ("ddp_cost", ddp_cost_block),
     "bench_e2e": ("e2e", e2e_block),
     "scaling_model": ("sweep", scaling_block),
     "sweep": ("sweep", sweep_block),
@@ -329,32 +272,52 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
 }
 
 
-FOLDERS = list(dict.fromkeys(folder for folder, _ in SECTIONS.values()))
 # Measured only on a machine with a CUDA GPU: absent until one has run the tool.
 GPU_FOLDERS = ["gpu", "gpu-tier"]
-# Written even when their folder is absent: the block then says that nothing was measured, so
-# the page never reads as if the GPU paths had been run.
-ALWAYS = {"gpu", "gpu_tier"}
 
 
-def regenerate(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
+@dataclass(frozen=True)
+class Document:
+    """A Markdown page whose measured blocks are rebuilt from kept records: RESULTS.md from
+    results/, the studies' page from bench/studies/records/ (bench.studies)."""
+    page: Path
+    records: Path
+    sections: Dict[str, Tuple[str, Callable[[Path, Path], str]]]
+    headings: Dict[str, str]
+    # Written even when their folder is absent: the block then says that nothing was
+    # measured, so the page never reads as if the GPU paths had been run.
+    always: frozenset = frozenset()
+
+    @property
+    def folders(self) -> List[str]:
+        return list(dict.fromkeys(folder for folder, _ in self.sections.values()))
+
+
+RESULTS_PAGE = Document(REPO / "RESULTS.md", RESULTS, SECTIONS, HEADINGS,
+                        frozenset({"gpu", "gpu_tier"}))
+FOLDERS = RESULTS_PAGE.folders
+
+
+def regenerate(results_dir: Path, results_md: Path, figures: Path,
+               document: Document = RESULTS_PAGE) -> List[str]:
     """Every section whose logs are in `results_dir`; returns the sections written."""
     written = []
-    for name, (folder_name, block) in SECTIONS.items():
+    for name, (folder_name, block) in document.sections.items():
         folder = results_dir / folder_name
-        if (folder.is_dir() and any(folder.iterdir())) or name in ALWAYS:
-            write_block(results_md, name, block(folder, figures), HEADINGS[name])
+        if (folder.is_dir() and any(folder.iterdir())) or name in document.always:
+            write_block(results_md, name, block(folder, figures), document.headings[name])
             written.append(name)
     return written
 
 
-def check(results_dir: Path, results_md: Path, figures: Path) -> List[str]:
+def check(results_dir: Path, results_md: Path, figures: Path,
+          document: Document = RESULTS_PAGE) -> List[str]:
     """The files regeneration would change (written into a scratch copy, compared)."""
     with tempfile.TemporaryDirectory() as tmp:
-        scratch_md, scratch_figures = Path(tmp) / "RESULTS.md", Path(tmp) / "figures"
+        scratch_md, scratch_figures = Path(tmp) / results_md.name, Path(tmp) / "figures"
         shutil.copy(results_md, scratch_md)
         scratch_figures.mkdir()
-        regenerate(results_dir, scratch_md, scratch_figures)
+        regenerate(results_dir, scratch_md, scratch_figures, document)
         changed = [] if filecmp.cmp(scratch_md, results_md, shallow=False) else [
             str(results_md)]
         for made in sorted(scratch_figures.iterdir()):
@@ -383,31 +346,38 @@ def archive(source: Path, section: str, results_dir: Path = RESULTS) -> Path:
     return target
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+def main(argv=None, document: Document = RESULTS_PAGE, description: str = __doc__) -> int:
+    parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 naming the files that would change")
     parser.add_argument("--archive", nargs=2, metavar=("RUNS_DIR", "SECTION"),
-                        help="copy a measurement's logs into results/SECTION "
-                             f"({', '.join(FOLDERS)}) first")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--results", type=Path, default=REPO / "RESULTS.md")
+                        help=f"copy a measurement's logs into {_shown(document.records)}/SECTION "
+                             f"({', '.join(document.folders)}) first")
+    parser.add_argument("--results-dir", type=Path, default=document.records)
+    parser.add_argument("--results", type=Path, default=document.page)
     parser.add_argument("--figures", type=Path, default=REPO / "figures")
     args = parser.parse_args(argv)
     if args.archive:
         source, section = Path(args.archive[0]), args.archive[1]
-        if section.split("/")[0] not in FOLDERS:  # ddp_cost/<label>: one of several
-            parser.error(f"section must be one of {', '.join(FOLDERS)}")
+        if section.split("/")[0] not in document.folders:  # ddp_cost/<label>: one of several
+            parser.error(f"section must be one of {', '.join(document.folders)}")
         print(f"archived {source} -> {archive(source, section, args.results_dir)}")
     if args.check:
-        changed = check(args.results_dir, args.results, args.figures)
+        changed = check(args.results_dir, args.results, args.figures, document)
         for path in changed:
             print(f"would change: {path}")
         return 1 if changed else 0
-    written = regenerate(args.results_dir, args.results, args.figures)
-    print(f"regenerated: {', '.join(written) or 'nothing (no logs under results/)'}")
+    written = regenerate(args.results_dir, args.results, args.figures, document)
+    print(f"regenerated: {', '.join(written) or 'nothing (no records found)'}")
     return 0
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

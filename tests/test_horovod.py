@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, TINY, TRAIN, _env, assert_resume_is_exact, records, run_script,
-                      run_tool)
+from conftest import REPO, TINY, TRAIN, _env, assert_resume_is_exact, records, run_script
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -124,20 +123,3 @@ def test_horovod_o2_reduces_half_gradients_during_backward(tmp_path):
         assert rank["master_dtypes"] == ["torch.float32"]
         assert rank["masters_moved"] and rank["half_is_master_rounded"]
     assert ranks[0]["masters"] == ranks[1]["masters"]  # averaged gradients: ranks agree
-
-
-def test_bench_hvd_keeps_its_logs_and_reports_from_them(tmp_path):
-    """bench.hvd: DDP and Horovod in turns; the block comes from the kept logs alone."""
-    out = tmp_path / "bench_hvd"
-    proc = run_tool("hvd", "--image-size", "32", "-b", "4", "--steps", "11", "--rounds", "1",
-                    "--out", out, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    record = json.loads((out / "bench_hvd.json").read_text())
-    assert record["order"] == ["ddp-0", "hvd-0"]
-    assert records(out / "hvd-0", "run")[0]["strategy"] == "hvd"
-    report = run_tool("hvd", "--report", out)
-    assert report.returncode == 0, report.stderr[-3000:]
-    assert report.stdout.strip() in proc.stdout
-    ratio = next(line for line in report.stdout.splitlines()
-                 if line.startswith("| **Horovod / DDP**"))
-    assert float(ratio.split("|")[2].strip(" *")) > 0

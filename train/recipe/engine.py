@@ -188,7 +188,8 @@ class Trainer:
                        f"{self.run_dir}")
         for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
             self.log.print(f"=> {line}")
-        entry = ENTRIES.get(self.entry)  # None for a tool's own Trainer (bench.loop, bench.gpu)
+        # None for a tool's own Trainer (bench.studies.loop, bench.gpu)
+        entry = ENTRIES.get(self.entry)
         visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
         for line in gpu_hints(self.entry, entry.script, entry.distributed, self.device.type,
                               visible, strategy.local_world_size, self.precision.opt_level,

@@ -1,16 +1,16 @@
 """Horovod vs DDP throughput in one run: same model, data, batch, precision and process count.
 
-    launch/env.sh python -m bench.hvd                 # 2 processes x 1 thread, CPU, ~4 min
-    launch/env.sh python -m bench.hvd --nproc 4 -a resnet50 --image-size 224 -b 64
-    launch/env.sh python -m bench.hvd --report runs/bench_hvd-20261123-110000
+    launch/env.sh python -m bench.studies.hvd                 # 2 processes x 1 thread, CPU, ~4 min
+    launch/env.sh python -m bench.studies.hvd --nproc 4 -a resnet50 --image-size 224 -b 64
+    launch/env.sh python -m bench.studies.hvd --report runs/bench_hvd-20261123-110000
 
 Runs `torchrun train/ddp.py` and `horovodrun train/hvd.py` in turns (--rounds each, so drifts in
 a shared machine's speed hit both alike) on synthetic data (compute and communication only),
 reads each run's JSONL log and reports the median img/s of the logged intervals after the first
 (warm-up) one, and the Horovod/DDP ratio. The runs' logs and the tool's record (bench_hvd.json:
 the command and the order the runs were made in) stay in --out, from which `report` (and
-bench.regenerate, once archived into results/hvd) writes the RESULTS.md block. A benchmark, not
-a test.
+bench.studies, once archived into bench/studies/records/hvd) writes the studies page's block. A
+benchmark, not a test.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def measure(args) -> Path:
             order.append(run_name)
             print(f"{run_name}: {statistics.median(interval_img_s(out / run_name)):.1f} img/s",
                   flush=True)
-    record = {"command": shown_command("hvd", args.argv), "rounds": args.rounds,
+    record = {"command": shown_command("studies.hvd", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "order": order}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return out
@@ -72,7 +72,8 @@ def report(folder: Path) -> str:
     rows.append(["**Horovod / DDP**", f"**{median['hvd'] / median['ddp']:.2f}**",
                  ", ".join(f"{x:.2f}" for x in ratios)])
     return "\n".join([
-        f"`launch/env.sh {record['command']}` (logs: `results/hvd/`): {cfg['arch']} at "
+        f"`launch/env.sh {record['command']}` (logs: `bench/studies/records/hvd/`): "
+        f"{cfg['arch']} at "
         f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, "
         f"{first['world_size']} processes x {record['threads']} thread(s), synthetic data, "
         f"{logged_precision(first)}; `torchrun train/ddp.py` and `horovodrun --gloo "

@@ -1,9 +1,9 @@
 """Where DDP's weak-scaling efficiency goes on one machine: sharing the cores, DDP's own work
 in each step, and the gradient all-reduce, measured in one run.
 
-    launch/env.sh python -m bench.ddp_cost                 # 2 processes x 1 thread, CPU, ~6 min
-    launch/env.sh python -m bench.ddp_cost --image-size 224 --steps 20   # ~20 min
-    launch/env.sh python -m bench.ddp_cost --report runs/bench_ddp_cost-20261124-080000
+    launch/env.sh python -m bench.studies.ddp_cost        # 2 processes x 1 thread, CPU, ~6 min
+    launch/env.sh python -m bench.studies.ddp_cost --image-size 224 --steps 20   # ~20 min
+    launch/env.sh python -m bench.studies.ddp_cost --report runs/bench_ddp_cost-20261124-080000
 
 Contenders, run in turns (--rounds; a drift in a shared machine's speed hits all alike), every
 one the real entry script on synthetic data (compute and communication only):
@@ -83,7 +83,7 @@ def measure(args) -> Path:
             rates = bare_loop_img_s(args, ddp)
             bare.setdefault(name, []).append(rates)
             print(f"round {round_}: {name}: {statistics.median(rates):.1f} img/s", flush=True)
-    record = {"command": shown_command("ddp_cost", args.argv), "rounds": args.rounds,
+    record = {"command": shown_command("studies.ddp_cost", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "nproc": args.nproc,
               "order": order, "bare": bare, "allreduce": allreduce_cost(args)}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -247,14 +247,15 @@ def report(folder: Path, shown: Path = None) -> str:
 
 
 def block(folder: Path) -> str:
-    """bench.regenerate's section: one report per measurement kept under results/ddp_cost/,
-    the smallest image size first."""
+    """The studies page's section: one report per measurement kept under
+    bench/studies/records/ddp_cost/ (`folder`), the smallest image size first."""
     def image_size(measurement: Path) -> int:
         first_run = json.loads((measurement / RECORD).read_text())["order"][0][1][0]
         return read_log(measurement / first_run)["run"][0]["config"]["image_size"]
 
     found = sorted((record.parent for record in folder.rglob(RECORD)), key=image_size)
-    return "\n".join(report(d, d.relative_to(folder.parent.parent)) for d in found)
+    return "\n".join(report(d, Path("bench/studies/records/ddp_cost") / d.relative_to(folder))
+                     for d in found)
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,8 @@
 """How much does one engine step (Trainer.train_step) cost over a hand-written one? Same batches.
 
-    launch/env.sh python -m bench.loop               # resnet18, 64 px, b32: ~3 min on 2 idle cores
-    launch/env.sh python -m bench.loop --threads 1   # steadier when other jobs share the CPU
-    launch/env.sh python -m bench.loop -a resnet50 --image-size 224 -b 256 --opt-level O1  # GPU
+    launch/env.sh python -m bench.studies.loop          # resnet18, 64 px, b32: ~3 min, 2 idle cores
+    launch/env.sh python -m bench.studies.loop --threads 1   # steadier when others share the CPU
+    launch/env.sh python -m bench.studies.loop -a resnet50 --image-size 224 -b 256 --opt-level O1
     ... --compile                     # both sides torch.compile'd (the engine through --compile)
 
 Both sides train the same model from identical weights on the same pre-built batches already on
@@ -315,7 +315,7 @@ def main(argv=None) -> None:
     wall_start = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = shlex.join(["python", "-m", "bench.loop",
+    command = shlex.join(["python", "-m", "bench.studies.loop",
                           *(sys.argv[1:] if argv is None else argv)])
 
     with tempfile.TemporaryDirectory(prefix="bench_loop-") as logdir:

@@ -2,9 +2,10 @@
 crop size, in turns. The measurement behind the CPU default of `--channels-last` (unset: on from
 `recipe.config.CPU_CHANNELS_LAST_MIN_CROP` px up).
 
-    launch/env.sh python -m bench.layout                  # resnet18, CPU, ~1 min on 2 cores
-    launch/env.sh python -m bench.layout --sizes 64 224 -a resnet50 -b 16
-    launch/env.sh python -m bench.layout --json results/layout/bench_layout.json
+    launch/env.sh python -m bench.studies.layout                  # resnet18, CPU, ~1 min on 2 cores
+    launch/env.sh python -m bench.studies.layout --sizes 64 224 -a resnet50 -b 16
+    launch/env.sh python -m bench.studies.layout \
+        --json bench/studies/records/layout/bench_layout.json
 
 For every crop size: the model (torchvision, fresh weights, 1000 classes) is built once per
 layout, warmed up by one step, then each layout takes --steps fp32 SGD steps
@@ -66,7 +67,7 @@ def table(record: dict) -> str:
         f"`launch/env.sh {record['command']}`: {record['arch']}, batch {record['batch']}, fp32, "
         f"{record['threads']} thread(s), on {record['cpu']} ({record['cores']} cores), torch "
         f"{record['torch']}, commit {shown_commit(record['commit'])} (record: "
-        "`results/layout/bench_layout.json`):",
+        "`bench/studies/records/layout/bench_layout.json`):",
         "",
         markdown_table(["crop", "NCHW ms/step", "channels_last ms/step",
                         "channels_last speed-up"], rows),
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
         import torch
     except ModuleNotFoundError as err:
         exit_without_recipe(err)
-    record = {"command": shown_command("layout", list(argv if argv is not None
+    record = {"command": shown_command("studies.layout", list(argv if argv is not None
                                                         else sys.argv[1:])),
               "arch": args.arch, "batch": args.batch_size, "threads": torch.get_num_threads(),
               "cpu": cpu_name(), "cores": cpu_cores(), "torch": torch.__version__,
