@@ -1,11 +1,14 @@
 """ESync against synchronous and asynchronous SGD on the parameter server, with heterogeneous
 workers, on an IID and a non-IID (by-class) split: the comparison the ESync paper makes.
 
-    launch/env.sh python -m bench.esync                  # ~20 min on 2 cores
-    launch/env.sh python -m bench.esync --quick          # smoke run (~2 min)
+    launch/env.sh python -m bench.esync                  # ~35 min on 2 cores
+    launch/env.sh python -m bench.esync --quick          # smoke run (~3 min)
+    launch/env.sh python -m bench.esync --splits iid --workers 2 --slowdown 1,2 \
+        --variants sync async-plain async-staleness      # the async rules alone
     launch/env.sh python -m bench.esync --report runs/esync-20261123-120000
 
-Every combination of --mode sync|async|esync and --split iid|by-class runs `train/ps.py` with
+Every combination of --variants (sync; async with each --async-rule, plain and staleness; esync
+with each --esync-average, mean and normalized) and --split iid|by-class runs `train/ps.py` with
 --workers compute processes and the same --worker-slowdown (default 1,1,4: the third worker
 sleeps 3x its compute time after each step, an emulated slower device), --repeats times with
 seeds 0..R-1, the repeats interleaved so that drifts in the machine's speed hit every mode.
@@ -30,8 +33,19 @@ from bench import ps_stats
 from bench.common import REPO, logged_hardware, markdown_table, shown_commit
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
-MODES = ("sync", "async", "esync")
+# --mode with its rule: --async-rule for async, --esync-average for esync
+VARIANTS = ("sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized")
 SPLITS = ("iid", "by-class")
+
+
+def variant_args(variant: str, args) -> List[str]:
+    mode, _, rule = variant.partition("-")
+    if mode == "async":
+        return ["--mode", mode, "--async-rule", rule]
+    if mode == "esync":
+        return ["--mode", mode, "--esync-average", rule, "--esync-epsilon",
+                str(args.esync_epsilon)]
+    return ["--mode", mode]
 FIGURE = "esync_study.png"
 
 
@@ -43,11 +57,10 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
     listed = []
     for seed in range(args.repeats):
         for split in args.splits:
-            for mode in MODES:
-                name = f"{split}-{mode}-s{seed}"
-                extra = ["--esync-epsilon", str(args.esync_epsilon)] if mode == "esync" else []
+            for variant in args.variants:
+                name = f"{split}-{variant}-s{seed}"
                 listed.append((name, launcher("ps", args.workers + 1) + common + [
-                    "--mode", mode, "--split", split, "--seed", str(seed), *extra,
+                    *variant_args(variant, args), "--split", split, "--seed", str(seed),
                     "--run-name", name]))
     return listed
 
@@ -68,7 +81,7 @@ def compare(folder: Path) -> List[dict]:
         target, t_sync = sync.get((split, seed), (None, None))
         row = ps_stats.summarize(c, target)
         t = row["time_to_target"]
-        out.append({"split": split, "mode": c.key, "seed": seed, "run": c.run,
+        out.append({"split": split, "mode": c.variant, "seed": seed, "run": c.run,
                     "curve": ps_stats.val_curve(c), "final": row["final_top1"],
                     "samples_s": row["samples_s"], "local_steps": row["local_steps"],
                     "target": target, "time": t,
@@ -92,7 +105,7 @@ def report(rows: List[dict]) -> str:
     seeds = sorted({r["seed"] for r in rows})
     table, verdicts = [], []
     for split in SPLITS:
-        for mode in MODES:
+        for mode in VARIANTS:
             group = [r for r in rows if r["split"] == split and r["mode"] == mode]
             if not group:
                 continue
@@ -146,7 +159,7 @@ def draw(rows: List[dict], figures: Path) -> Path:
     splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
     fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False,
                              sharey=True)
-    colours = {mode: f"C{i}" for i, mode in enumerate(MODES)}
+    colours = {variant: f"C{i}" for i, variant in enumerate(VARIANTS)}
     for ax, split in zip(axes[0], splits):
         for r in (r for r in rows if r["split"] == split):
             ax.plot([p.seconds for p in r["curve"]], [p.top1 for p in r["curve"]], "o-",
@@ -195,6 +208,8 @@ def main(argv=None) -> int:
     p.add_argument("--redo", metavar="REGEX", help="repeat the finished runs matching REGEX")
     p.add_argument("--repeats", type=int, default=2, help="seeds per combination")
     p.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                   help="modes with their rule (async: --async-rule, esync: --esync-average)")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--slowdown", default="1,1,4")
     p.add_argument("-a", "--arch", default="resnet18")

@@ -38,6 +38,10 @@ except ModuleNotFoundError as err:
     exit_without_recipe(err)
 
 
+# The option that picks each mode's rule, and the rule its logs ran before the option existed.
+RULE_OPTIONS = {"async": ("async_rule", "plain"), "esync": ("esync_average", "mean")}
+
+
 @dataclass
 class Contender:
     name: str
@@ -54,6 +58,16 @@ class Contender:
     @property
     def key(self) -> str:
         return self.run["mode"] if self.is_ps else self.run.get("entry", "ddp")
+
+    @property
+    def variant(self) -> str:
+        """The mode with the rule it ran (async-plain, esync-normalized, ...); sync and DDP
+        as `key`."""
+        option = RULE_OPTIONS.get(self.key) if self.is_ps else None
+        if option is None:
+            return self.key
+        name, before_it_existed = option
+        return f"{self.key}-{self.run['config'].get(name, before_it_existed)}"
 
     @property
     def label(self) -> str:

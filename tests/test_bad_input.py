@@ -240,6 +240,8 @@ def test_resume_from_another_architecture(expect_usage_error, tiny_imagefolder, 
     (["--esync-epsilon", "-0.1"], "--esync-epsilon must be >= 0"),
     (["--local-momentum", "1"], "--local-momentum must be in [0, 1)"),
     (["--esync-rule", "fastest"], "invalid choice: 'fastest'"),
+    (["--esync-average", "median"], "invalid choice: 'median'"),
+    (["--async-rule", "delayed"], "invalid choice: 'delayed'"),
 ])
 def test_bad_esync_options(expect_usage_error, tiny_imagefolder, args, message):
     expect_usage_error(TINY + ["--mode", "esync", *args, tiny_imagefolder], message,

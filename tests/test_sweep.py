@@ -156,30 +156,37 @@ def test_quick_bench_ps_draws_and_writes_results(tmp_path, results_copy):
 
 def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(tmp_path):
     cmds = _commands(_run("esync", "--dry-run", "--repeats", "2", "--out", tmp_path).stdout)
-    assert list(cmds)[:6] == [f"{split}-{mode}-s0" for split in ("iid", "by-class")
-                              for mode in ("sync", "async", "esync")]
-    assert len(cmds) == 12  # the second seed after every combination of the first
+    variants = ["sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized"]
+    assert list(cmds)[:10] == [f"{split}-{variant}-s0" for split in ("iid", "by-class")
+                               for variant in variants]
+    assert len(cmds) == 20  # the second seed after every combination of the first
     for name, argv in cmds.items():
-        split, mode, seed = name.rsplit("-", 2)
+        split = "by-class" if name.startswith("by-class") else "iid"
+        variant, seed = name[len(split) + 1:].rsplit("-", 1)
+        mode, _, rule = variant.partition("-")
         assert argv[argv.index("--split") + 1] == split and argv[argv.index("--mode") + 1] == mode
         assert argv[argv.index("--seed") + 1] == seed[1:]
         assert argv[argv.index("--worker-slowdown") + 1] == "1,1,4"
         assert ("--esync-epsilon" in argv) == (mode == "esync")
+        option = {"async": "--async-rule", "esync": "--esync-average"}.get(mode)
+        assert option is None or argv[argv.index(option) + 1] == rule
 
 
 def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path):
     from bench import esync
 
     out, figures = tmp_path / "esync", tmp_path / "fig"
-    proc = _run("esync", "--quick", "--splits", "by-class", "--out", out, "--figures",
-                figures, timeout=600)
+    proc = _run("esync", "--quick", "--splits", "by-class", "--variants", "sync",
+                "async-staleness", "esync-normalized", "--out", out, "--figures", figures,
+                timeout=600)
     assert (figures / "esync_study.png").stat().st_size > 10_000
     rows = {(r["split"], r["mode"]): r for r in esync.compare(out)}
-    assert set(rows) == {("by-class", m) for m in ("sync", "async", "esync")}
+    assert set(rows) == {("by-class", m) for m in ("sync", "async-staleness",
+                                                   "esync-normalized")}
     sync = rows["by-class", "sync"]
     # sync's target is its own final accuracy: it reaches it, at speed-up 1 by definition
     assert sync["target"] == sync["final"] and sync["time"] is not None
-    assert len(rows["by-class", "esync"]["local_steps"]) == 3
+    assert len(rows["by-class", "esync-normalized"]["local_steps"]) == 3
     for r in rows.values():
         assert r["gap"] == pytest.approx(r["final"] - sync["final"])
     assert esync.report(esync.compare(out)).strip() in proc.stdout

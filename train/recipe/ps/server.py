@@ -222,7 +222,7 @@ class ParameterServer:
             if not self._round:
                 self._round_started = now
             first = not self._round
-            self._round_sums.add(tensors)
+            self._round_sums.add(tensors, stats.get("local_steps", 1))
             wire.average_buffers(self._round_bufs, bufs, first)
             self._round[worker] = (future, now)
             self._interval.add(worker, stats)
@@ -243,12 +243,12 @@ class ParameterServer:
         """This shard's update; the other servers are told to make theirs (and to answer the
         workers waiting on them) as soon as their slices of the round are in."""
         n, multiplier = len(self._round), self._lr_multiplier()
-        overflow = self._round_sums.overflow
+        overflow, mean_steps = self._round_sums.overflow, self._round_sums.mean_steps()
         if not overflow:  # a worker's loss scaler found an inf or NaN: nobody updates
-            self.rule.apply_round(self._round_sums.sums, n, multiplier)
+            self.rule.apply_round(self._round_sums.sums, n, multiplier, mean_steps)
         for k in range(1, len(self.shards)):
             rpc.rpc_async(wire.server_name(k), shards.shard_apply_round,
-                          args=(self.step, n, multiplier, overflow))
+                          args=(self.step, n, multiplier, overflow, mean_steps))
         wire.divide_float(self._round_bufs, n)
         for b, mean in zip(self.bufs, self._round_bufs):
             b.copy_(mean)
@@ -270,7 +270,8 @@ class ParameterServer:
             self._interval.add(worker, {**stats, "staleness": staleness})
             self.samples += int(stats["count"])
             if grads:  # empty: the worker's loss scaler found an inf or NaN
-                self.rule.apply_push(shards.as_params(grads, self.own), self._lr_multiplier())
+                self.rule.apply_push(shards.as_params(grads, self.own), self._lr_multiplier(),
+                                     staleness, len(self.live))
             for b, value in zip(self.bufs, bufs):  # the newest worker's BatchNorm statistics
                 b.copy_(value)
             self._after_update()

@@ -10,8 +10,9 @@ the update rule's state (momentum) of its parameters, and do what the coordinato
                shard to apply round r with its lr multiplier and worker count. The shard
                applies once it has that many slices and answers every waiting worker with its
                new parameters. So all shards make the same update as one server would.
-  async        each slice is applied on arrival, with the lr multiplier the worker last heard
-               from the coordinator (at most one update old).
+  async        each slice is applied on arrival, with the lr multiplier and the count of live
+               workers the worker last heard from the coordinator (at most one update old); a
+               shard counts the pushes it applied, so it knows each slice's staleness itself.
 
 The coordinator reads the shards back (`shard_state`) for checkpoints and evaluations: in sync
 and esync the state after round r exactly; in async the shards' state of that moment.
@@ -80,10 +81,12 @@ class RoundSums:
         self.params = params
         self.sums: List[Optional[torch.Tensor]] = [None] * len(params)
         self.pushes = 0
+        self.steps = 0  # the workers' local steps in the round (ESync; 1 per push in sync)
         self.overflow = False
 
-    def add(self, tensors: Sequence[torch.Tensor]) -> None:
+    def add(self, tensors: Sequence[torch.Tensor], steps: int = 1) -> None:
         self.pushes += 1
+        self.steps += steps
         if not tensors:  # the worker's loss scaler found an inf or NaN: skip the round
             self.overflow = True
             return
@@ -92,6 +95,9 @@ class RoundSums:
                 self.sums[i] = t.to(self.params[i].dtype, copy=True)
             else:
                 self.sums[i] += t
+
+    def mean_steps(self) -> float:
+        return self.steps / self.pushes if self.pushes else 1.0
 
 
 def as_params(tensors: Sequence[torch.Tensor], params: Sequence[torch.Tensor]):
@@ -113,8 +119,12 @@ class ShardServer:
         self.step = 0  # the coordinator's step these parameters are at (sync, esync)
         self._rounds: Dict[int, RoundSums] = {}
         self._waiting: Dict[int, List[torch.futures.Future]] = {}  # workers, per round
-        # round -> (workers in it, lr multiplier, whether a worker's step overflowed)
+        # round -> (workers in it, lr multiplier, whether a worker's step overflowed, the
+        # workers' mean local steps in it)
         self._orders: Dict[int, tuple] = {}
+        # async: the pushes applied so far, and that count when each worker last pulled
+        self.applied = 0
+        self._pulled: Dict[int, int] = {}
         self._state_requests: List[tuple] = []  # (step, future)
 
     def load(self, params: List[torch.Tensor], optimizer_state: dict, step: int) -> None:
@@ -135,9 +145,9 @@ class ShardServer:
         return future
 
     def apply_round(self, round_: int, workers: int, lr_multiplier: float,
-                    overflow: bool) -> None:
+                    overflow: bool, mean_steps: float) -> None:
         with self.lock:
-            self._orders[round_] = (workers, lr_multiplier, overflow)
+            self._orders[round_] = (workers, lr_multiplier, overflow, mean_steps)
             done = self._try_apply(round_)
         self._release(done)
 
@@ -147,10 +157,10 @@ class ShardServer:
         sums = self._rounds.get(round_)
         if round_ not in self._orders or sums is None or sums.pushes < self._orders[round_][0]:
             return []
-        workers, multiplier, overflow = self._orders.pop(round_)
+        workers, multiplier, overflow, mean_steps = self._orders.pop(round_)
         del self._rounds[round_]
         if not (overflow or sums.overflow):
-            self.rule.apply_round(sums.sums, workers, multiplier)
+            self.rule.apply_round(sums.sums, workers, multiplier, mean_steps)
         self.step = round_ + 1
         reply = wire.snapshot(self.params)
         done = [(f, reply) for f in self._waiting.pop(round_)]
@@ -158,10 +168,15 @@ class ShardServer:
 
     # --- async ------------------------------------------------------------------------------
     @torch.no_grad()
-    def push_async(self, grads: List[torch.Tensor], lr_multiplier: float) -> List[torch.Tensor]:
+    def push_async(self, worker: int, grads: List[torch.Tensor], lr_multiplier: float,
+                   workers: int) -> List[torch.Tensor]:
         with self.lock:
+            staleness = self.applied - self._pulled.get(worker, self.applied)
             if grads:
-                self.rule.apply_push(as_params(grads, self.params), lr_multiplier)
+                self.rule.apply_push(as_params(grads, self.params), lr_multiplier, staleness,
+                                     workers)
+            self.applied += 1
+            self._pulled[worker] = self.applied
             return wire.snapshot(self.params)
 
     # --- the coordinator's reads, and the end -----------------------------------------------------
@@ -219,12 +234,14 @@ def shard_push_round(round_: int, tensors: List[torch.Tensor]) -> torch.futures.
     return _SHARD.push_round(round_, tensors)
 
 
-def shard_apply_round(round_: int, workers: int, lr_multiplier: float, overflow: bool) -> None:
-    _SHARD.apply_round(round_, workers, lr_multiplier, overflow)
+def shard_apply_round(round_: int, workers: int, lr_multiplier: float, overflow: bool,
+                      mean_steps: float) -> None:
+    _SHARD.apply_round(round_, workers, lr_multiplier, overflow, mean_steps)
 
 
-def shard_push_async(grads: List[torch.Tensor], lr_multiplier: float) -> List[torch.Tensor]:
-    return _SHARD.push_async(grads, lr_multiplier)
+def shard_push_async(worker: int, grads: List[torch.Tensor], lr_multiplier: float,
+                     workers: int) -> List[torch.Tensor]:
+    return _SHARD.push_async(worker, grads, lr_multiplier, workers)
 
 
 @rpc.functions.async_execution

@@ -2,9 +2,13 @@
 
     sync   a round of N gradients -> SGD on their mean: the same update as DDP with N ranks
     esync  a round of N model deltas (each worker's local progress since the round began) ->
-           the global model moves by --global-lr times their mean; the workers' own SGD
-           (at --local-lr) made the deltas, so the server keeps no optimizer
-    async  every single gradient -> one SGD step at once, with the weights as they are now
+           the global model moves by --global-lr times their mean (--esync-average mean), or
+           by FedNova's normalised average (normalized); the workers' own SGD (at --local-lr)
+           made the deltas, so the server keeps no optimizer
+    async  every single gradient -> one SGD step at once, with the weights as they are now:
+           at the schedule's rate and --momentum (--async-rule plain), or at a rate divided
+           by the gradient's staleness and with the momentum asynchrony adds taken out
+           (staleness)
 
 The server calls these under its lock; they never touch RPC, logging or counters.
 """
@@ -39,10 +43,16 @@ class UpdateRule:
     def initial_lr(self, cfg, workers: int) -> float:
         raise NotImplementedError
 
-    def apply_round(self, summed: List[torch.Tensor], n: int, lr_multiplier: float) -> None:
+    def apply_round(self, summed: List[torch.Tensor], n: int, lr_multiplier: float,
+                    mean_steps: float = 1.0) -> None:
+        """A complete round: `summed` over its `n` pushes; `mean_steps`: the workers' mean
+        local step count in it (ESync's; 1 for sync)."""
         raise NotImplementedError
 
-    def apply_push(self, grads: List[torch.Tensor], lr_multiplier: float) -> None:
+    def apply_push(self, grads: List[torch.Tensor], lr_multiplier: float, staleness: int = 0,
+                   workers: int = 1) -> None:
+        """One worker's gradient (async), `staleness` updates after the weights it was
+        computed on, while `workers` workers push."""
         raise NotImplementedError
 
     def _sgd_step(self, grads: List[torch.Tensor], lr_multiplier: float) -> None:
@@ -76,23 +86,66 @@ class SyncSGD(UpdateRule):
         self._make_sgd()
 
     @torch.no_grad()
-    def apply_round(self, summed, n, lr_multiplier):
+    def apply_round(self, summed, n, lr_multiplier, mean_steps=1.0):
         self._sgd_step([g.div_(n) for g in summed], lr_multiplier)
 
 
+ESYNC_AVERAGES = ("mean", "normalized")
+
+
+def esync_pushed_delta(delta: List[torch.Tensor], local_steps: int, cfg) -> List[torch.Tensor]:
+    """What an ESync worker sends for its round: its model delta, or (normalized) the delta
+    per local step, which the server's average then scales back by the round's mean step
+    count (the workers' momentum buffers carry over from round to round, so the step count,
+    not FedNova's momentum-reset norm, is what sets the deltas' sizes apart)."""
+    if cfg.esync_average == "normalized":
+        return [d.div_(max(1, local_steps)) for d in delta]
+    return delta
+
+
 class ESyncAverage(UpdateRule):
+    """mean: the deltas' plain mean (the ESync authors'). A worker that took 4 local steps
+    then counts 4 times as much as one that took 1, so with uneven speeds the model drifts
+    toward the fast workers' objective (FedNova: J. Wang, Q. Liu, H. Liang, G. Joshi, H. V.
+    Poor, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
+    Optimization", NeurIPS 2020). normalized: FedNova's rule with equal weights, each delta
+    divided by its step count (by the worker, esync_pushed_delta) and their mean multiplied
+    by the mean step count, so each worker counts once and the step size stays that of the
+    mean."""
+
     def initial_lr(self, cfg, workers: int) -> float:
         # The logged lr is the workers' local one: the server only averages.
         return esync_local_lr(cfg)
 
     @torch.no_grad()
-    def apply_round(self, summed, n, lr_multiplier):
+    def apply_round(self, summed, n, lr_multiplier, mean_steps=1.0):
         scale = self.cfg.global_lr / n
+        if self.cfg.esync_average == "normalized":
+            scale *= mean_steps
         for p, delta in zip(self.params, summed):
             p.add_(delta, alpha=scale)
 
 
+ASYNC_RULES = ("plain", "staleness")
+
+
+def async_momentum(momentum: float, workers: int) -> float:
+    """The explicit momentum that, with the momentum asynchrony adds, makes --momentum in all.
+    With M workers pushing in turn, asynchrony behaves like momentum 1 - 1/M (I. Mitliagkas,
+    C. Zhang, S. Hadjis, C. Re, "Asynchrony begets Momentum, with an Application to Deep
+    Learning", Allerton 2016). Taking the two as compounding, (1 - explicit) / M = 1 -
+    momentum, so explicit = 1 - M (1 - momentum), and never below 0: from M = 1 / (1 -
+    momentum) workers on (10 at 0.9), asynchrony alone brings more than was asked for."""
+    return max(0.0, 1.0 - max(1, workers) * (1.0 - momentum))
+
+
 class AsyncSGD(UpdateRule):
+    """plain: SGD at the schedule's rate with --momentum, whatever the gradient's age.
+    staleness: the rate divided by the gradient's staleness (the updates other workers made
+    since its weights were pulled; 0 and 1 keep the full rate), as in W. Zhang, S. Gupta, X.
+    Lian, J. Liu, "Staleness-aware Async-SGD for Distributed Deep Learning", IJCAI 2016, and the
+    momentum corrected for the workers' count (async_momentum)."""
+
     def initial_lr(self, cfg, workers: int) -> float:
         return scaled_lr(cfg, cfg.batch_size)  # each update is one worker's batch of b
 
@@ -101,7 +154,11 @@ class AsyncSGD(UpdateRule):
         self._make_sgd()
 
     @torch.no_grad()
-    def apply_push(self, grads, lr_multiplier):
+    def apply_push(self, grads, lr_multiplier, staleness=0, workers=1):
+        if self.cfg.async_rule == "staleness":
+            lr_multiplier /= max(1, staleness)
+            for group in self.optimizer.param_groups:
+                group["momentum"] = async_momentum(self.cfg.momentum, workers)
         self._sgd_step(grads, lr_multiplier)
 
 

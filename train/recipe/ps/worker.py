@@ -31,7 +31,7 @@ from ..precision import Precision
 from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
-from .update_rules import esync_local_optimizer
+from .update_rules import esync_local_optimizer, esync_pushed_delta
 
 
 def worker_shard(index: int, workers: int, split: str) -> Shard:
@@ -223,8 +223,9 @@ class Worker:
         if rounds:
             return rpc.rpc_async(wire.server_name(server), shards.shard_push_round,
                                  args=(self.step, part))
+        live = self.workers - len(self.lost_peers)
         return rpc.rpc_async(wire.server_name(server), shards.shard_push_async,
-                             args=(part, self.lr_multiplier))
+                             args=(self.worker, part, self.lr_multiplier, live))
 
     # --- the loops --------------------------------------------------------------------------------
     def run(self) -> None:
@@ -291,7 +292,9 @@ class Worker:
                 totals["data_time"] += data_time
                 local_steps += 1
             with torch.no_grad():
-                delta = [p.detach().cpu() - p0 for p, p0 in zip(self.trained, start_params)]
+                delta = esync_pushed_delta(
+                    [p.detach().cpu() - p0 for p, p0 in zip(self.trained, start_params)],
+                    local_steps, self.cfg)
             totals.update(local_steps=local_steps, comm_time=comm, wait_time=wait)
             control = self._push(srv.push_round, delta, totals)
             comm = control["comm_time"] + query_time

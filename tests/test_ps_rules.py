@@ -1,0 +1,125 @@
+"""The parameter server's update rules (train/recipe/ps/update_rules.py) on scripted speed
+profiles, in-process: the real rule objects, fed what the server would feed them, on quadratic
+objectives whose answers are known. The multi-process runs that they learn are in
+tests/test_ps.py."""
+from __future__ import annotations
+
+import heapq
+
+import pytest
+import torch
+
+from recipe.ps.config import PSConfig
+from recipe.ps.shards import RoundSums
+from recipe.ps.update_rules import AsyncSGD, ESyncAverage, async_momentum, esync_pushed_delta
+
+from test_ps import simulate_esync
+
+
+# --- async ------------------------------------------------------------------------------------
+def simulate_async(rule: str, step_times, pushes: int, lr: float, momentum: float = 0.9):
+    """Workers on a fake clock: worker w pulls the weights, computes the gradient of
+    0.5 |x|^2 at them for step_times[w] seconds and pushes it; the server applies each push
+    with the real AsyncSGD at the staleness the server counts (its updates since that pull).
+    Returns the loss after every push."""
+    cfg = PSConfig(data="x", mode="async", async_rule=rule, momentum=momentum, lr=lr,
+                   batch_size=256, weight_decay=0.0)  # batch 256: the lr is --lr itself
+    x = torch.ones(8, dtype=torch.float64)
+    server = AsyncSGD(cfg, [x], len(step_times))
+    step = 0
+    queue = [(t, w, 0, x.clone()) for w, t in enumerate(step_times)]
+    heapq.heapify(queue)
+    losses = []
+    for _ in range(pushes):
+        now, worker, pulled, weights = heapq.heappop(queue)
+        server.apply_push([weights.clone()], 1.0, step - pulled, len(step_times))
+        step += 1
+        heapq.heappush(queue, (now + step_times[worker], worker, step, x.clone()))
+        losses.append(0.5 * float(x.pow(2).sum()))
+    return losses
+
+
+@pytest.mark.parametrize("profile", [(1, 1), (1, 2), (1, 1, 4)])
+def test_stale_gradients_at_full_rate_and_momentum_do_not_converge_where_one_worker_does(
+        profile):
+    """At lr 0.1 and momentum 0.9 one worker converges; the same rate and momentum applied to
+    stale gradients (plain) does not, while the staleness rule converges on every profile."""
+    assert simulate_async("plain", (1,), 300, lr=0.1)[-1] < 1e-10
+    plain = simulate_async("plain", profile, 300, lr=0.1)
+    staleness = simulate_async("staleness", profile, 300, lr=0.1)
+    assert plain[-1] > 0.1, plain[-1]  # 0.6, 1.3 and 2.7e4 for the three profiles
+    assert staleness[-1] < 1e-10, staleness[-1]
+
+
+def test_the_staleness_rule_divides_the_rate_by_the_staleness():
+    cfg = PSConfig(data="x", mode="async", async_rule="staleness", momentum=0.9, lr=0.5,
+                   batch_size=256, weight_decay=0.0)
+    for staleness, expected in [(0, 0.5), (1, 0.5), (2, 0.25), (5, 0.1)]:
+        x = torch.zeros(1)
+        AsyncSGD(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
+        assert x.item() == pytest.approx(-expected)  # the first step: no momentum yet
+    cfg.async_rule = "plain"
+    x = torch.zeros(1)
+    AsyncSGD(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
+    assert x.item() == pytest.approx(-0.5)
+
+
+def test_the_momentum_asynchrony_adds_is_taken_out_of_the_explicit_one():
+    assert async_momentum(0.9, 1) == pytest.approx(0.9)  # one worker: nothing is stale
+    assert async_momentum(0.9, 2) == pytest.approx(0.8)  # (1 - 0.8) / 2 = 1 - 0.9
+    assert async_momentum(0.9, 4) == pytest.approx(0.6)
+    assert async_momentum(0.9, 10) == pytest.approx(0.0, abs=1e-12)
+    assert async_momentum(0.9, 16) == 0.0
+    assert async_momentum(0.0, 3) == 0.0
+    # in the step: the second push's momentum buffer is 0.8 g1 + g2 with two workers
+    cfg = PSConfig(data="x", mode="async", async_rule="staleness", momentum=0.9, lr=1.0,
+                   batch_size=256, weight_decay=0.0)
+    x = torch.zeros(1)
+    rule = AsyncSGD(cfg, [x], 2)
+    rule.apply_push([torch.ones(1)], 1.0, 1, 2)
+    rule.apply_push([torch.full((1,), 2.0)], 1.0, 1, 2)
+    assert x.item() == pytest.approx(-1.0 - (0.8 * 1.0 + 2.0))
+
+
+# --- esync ------------------------------------------------------------------------------------
+def esync_on_quadratics(targets, local_steps, average: str, rounds: int = 400,
+                        local_lr: float = 0.01) -> float:
+    """ESync rounds on 1-d quadratics: worker i minimises 0.5 (x - targets[i])^2 with
+    local_steps[r][i] plain SGD steps in round r (from the state service's scripted profile),
+    pushes esync_pushed_delta of its delta, and the server applies the real ESyncAverage to
+    the round's sums (RoundSums, as server.py does). Returns where x ends up."""
+    cfg = PSConfig(data="x", mode="esync", esync_average=average, global_lr=1.0)
+    x = torch.zeros(1, dtype=torch.float64)
+    server = ESyncAverage(cfg, [x], len(targets))
+    for r in range(rounds):
+        steps = local_steps[min(r, len(local_steps) - 1)]
+        sums = RoundSums([x])
+        for target, taken in zip(targets, steps):
+            local = x.clone()
+            for _ in range(taken):
+                local -= local_lr * (local - target)
+            sums.add(esync_pushed_delta([local - x], taken, cfg), taken)
+        server.apply_round(sums.sums, sums.pushes, 1.0, sums.mean_steps())
+    return x.item()
+
+
+def test_normalized_averaging_reaches_the_mean_objective_where_the_plain_mean_drifts():
+    """Workers with speeds (1, 1, 4): the state service gives the two fast ones 4 local steps
+    for the slow one's 1. The plain mean then weighs each worker by its steps, and lands near
+    the fast workers' optimum ((4 * 0 + 4 * 0 + 1 * 1) / 9); FedNova's normalised average
+    weighs each worker once and lands on the mean objective's optimum (1/3)."""
+    history = simulate_esync([1, 1, 4], 3, "reference")
+    local_steps = [[steps for steps, _ in done] for done in history]
+    assert local_steps[1:] == [[4, 4, 1]] * 2
+    targets = [0.0, 0.0, 1.0]
+    mean = esync_on_quadratics(targets, local_steps, "mean")
+    normalized = esync_on_quadratics(targets, local_steps, "normalized")
+    assert mean == pytest.approx(1 / 9, abs=0.01)
+    assert normalized == pytest.approx(1 / 3, abs=0.01)
+
+
+def test_with_equal_steps_both_averages_make_the_same_update():
+    for steps in ([[1, 1, 1]], [[3, 3, 3]]):
+        assert esync_on_quadratics([0.0, 2.0, 5.0], steps, "normalized", rounds=20) == \
+            pytest.approx(esync_on_quadratics([0.0, 2.0, 5.0], steps, "mean", rounds=20),
+                          rel=1e-12)
