@@ -172,6 +172,23 @@ def test_ddp_help_has_the_ddp_options(capsys):
         assert flag in text
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--local-sgd-period", "-1"],
+     "--local-sgd-period and --local-sgd-warmup-steps must be >= 0"),
+    (["--local-sgd-period", "2", "--opt-level", "O2"], "works at O0 and O1 without"),
+    (["--local-sgd-period", "2", "--ddp-comm-hook", "bf16"], "works at O0 and O1 without"),
+])
+def test_bad_local_sgd_options(expect_usage_error, tiny_imagefolder, args, message):
+    expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ddp.py")
+
+
+def test_local_sgd_is_an_option_of_the_ddp_scripts_only(expect_usage_error, tiny_imagefolder):
+    for script in ("nd.py", "fsdp.py", "hvd.py"):
+        expect_usage_error(TINY + ["--local-sgd-period", "4", tiny_imagefolder],
+                           "--local-sgd-period is an option of train/ddp.py, "
+                           "train/ddp_apex.py, not of", script=script)
+
+
 def test_powersgd_needs_a_warm_up_step(expect_usage_error, tiny_imagefolder):
     expect_usage_error(TINY + ["--ddp-comm-hook", "powersgd", "--powersgd-start-step", "1",
                                tiny_imagefolder], "--powersgd-start-step >= 2", script="ddp.py")

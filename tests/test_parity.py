@@ -107,6 +107,22 @@ def test_fsdp_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
     assert run["entry"] == "fsdp" and run["world_size"] == 2
 
 
+def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_imagefolder):
+    """--local-sgd-period 1: each rank steps on its own gradients and the weights are averaged
+    after every step. SGD's update (momentum and weight decay included) is linear in the
+    gradient and every rank starts the step from the same weights, so that is DDP's update.
+    Averaging every 4 steps instead must train differently. (With --sync-bn: BatchNorm over
+    each rank's 4 images makes this tiny run chaotic, so that float64's rounding differences
+    between averaging weights and averaging gradients grow to 1e-3 in 20 steps.)"""
+    common = PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", tiny_imagefolder]
+    run_script("ddp.py", common + ["--local-sgd-period", "1", "--run-name", "local1"], nproc=2)
+    run_script("ddp.py", common + ["--local-sgd-period", "4", "--run-name", "local4"], nproc=2)
+    _assert_same_training(runs / "ddp", runs / "local1")
+    _assert_different_training(runs / "ddp", runs / "local4")
+    assert records(runs / "local4", "run")[0]["local_sgd"] == {
+        "period": 4, "warmup_steps": 0}
+
+
 @pytest.mark.parametrize("first,then", [("fsdp.py", "ddp.py"), ("ddp.py", "fsdp.py")])
 def test_a_checkpoint_continues_under_the_other_of_fsdp_and_ddp(runs, tiny_imagefolder,
                                                                  first, then):

@@ -525,4 +525,8 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
         if trainer is not None:
             trainer.close(teardown=False)
         raise
+    # Leave the group together: a rank that closes its gloo connections while a peer still
+    # has a collective in flight (its last checkpoint's) can take that peer down with an abort
+    # ("terminate called without an active exception", seen under FSDP on a loaded machine).
+    strategy.barrier()
     trainer.close()
