@@ -24,6 +24,7 @@ ESync's speed-up is sync's time to its own final accuracy over ESync's. The tabl
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -99,7 +100,28 @@ def _spread(values: List[float], fmt: str) -> str:
             f"{format(max(values), fmt)})")
 
 
-def report(rows: List[dict]) -> str:
+DEFAULTS = {"--workers": 3, "--slowdown": "1,1,4", "--repeats": 2}
+
+
+def shown_command(rows: List[dict]) -> str:
+    """The command that makes these runs, from what their logs say (the options left at
+    their defaults omitted)."""
+    cfg, first = rows[0]["run"]["config"], rows[0]["run"]
+    splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
+    variants = [v for v in VARIANTS if any(r["mode"] == v for r in rows)]
+    given = {"--workers": first["workers"], "--slowdown": cfg["worker_slowdown"],
+             "--repeats": len({r["seed"] for r in rows})}
+    parts = ["python -m bench.esync"]
+    if splits != list(SPLITS):
+        parts += ["--splits", *splits]
+    parts += [f"{flag} {value}" for flag, value in given.items() if value != DEFAULTS[flag]]
+    if variants != list(VARIANTS):
+        parts += ["--variants", *variants]
+    return " ".join(parts)
+
+
+def report(rows: List[dict], logs: str = "results/esync/", figure: str = FIGURE,
+           note: str = "") -> str:
     first = rows[0]["run"]
     cfg = first["config"]
     seeds = sorted({r["seed"] for r in rows})
@@ -130,16 +152,18 @@ def report(rows: List[dict]) -> str:
                         f", {statistics.median(speedups):.2f}x as fast as sync (median)"
                         if speedups else "") + ".")
     return "\n".join([
-        f"`launch/env.sh python -m bench.esync` (logs: `results/esync/`): {first['workers']} "
+        f"`launch/env.sh {shown_command(rows)}` (logs: `{logs}`): {first['workers']} "
         f"workers with `--worker-slowdown {cfg['worker_slowdown']}` (the last one sleeps "
         "after each step: an emulated slower device), "
         f"{cfg['arch']} at {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker, "
         f"{cfg['epochs']} epochs, lr {cfg['lr']:g} per 256 scaled per mode, cosine with "
-        f"warm-up, seeds {', '.join(map(str, seeds))}; ESync with `--esync-rule "
-        f"{cfg['esync_rule']}`. Validation once per epoch on the server; time = training "
+        f"warm-up, seeds {', '.join(map(str, seeds))}"
+        + (f"; ESync with `--esync-rule {cfg['esync_rule']}`" if any(
+            r["mode"].startswith("esync") for r in rows) else "")
+        + ". Validation once per epoch on the server; time = training "
         f"wall-clock of the evaluated weights. Target per split and seed = sync's final "
         f"val top-1 of that seed. On {logged_hardware(first)}, commit "
-        f"{shown_commit(first.get('commit'))}:",
+        f"{shown_commit(first.get('commit'))}.{note}",
         "",
         markdown_table(["split", "mode", "runs", "final top-1", "vs sync (points)",
                         "s to sync's final top-1 (reached)", "speed-up vs sync",
@@ -149,11 +173,11 @@ def report(rows: List[dict]) -> str:
         "",
         *verdicts,
         "",
-        f"![validation top-1 vs time](figures/{FIGURE})",
+        f"![validation top-1 vs time](figures/{figure})",
     ]) + "\n"
 
 
-def draw(rows: List[dict], figures: Path) -> Path:
+def draw(rows: List[dict], figures: Path, figure: str = FIGURE) -> Path:
     from bench.figure import plt, save_figure
 
     splits = [s for s in SPLITS if any(r["split"] == s for r in rows)]
@@ -177,7 +201,7 @@ def draw(rows: List[dict], figures: Path) -> Path:
     fig.suptitle(f"{run['config']['arch']} {run['config']['image_size']} px, "
                  f"{run['workers']} workers, slowdown {run['config']['worker_slowdown']}; "
                  "one line per seed", fontsize=8)
-    path = figures / FIGURE
+    path = figures / figure
     save_figure(fig, path)
     return path
 
@@ -189,11 +213,18 @@ def rows_of(folder: Path) -> List[dict]:
     return rows
 
 
-def block(folder: Path, figures: Path) -> str:
-    """bench.regenerate's section: the figure and the table from results/esync/."""
+def block(folder: Path, figures: Path, figure: str = FIGURE) -> str:
+    """bench.regenerate's section: the figure and the table from a study's kept logs
+    (results/<folder>/: the runs' log.jsonl and bench.esync's esync.json)."""
+    from bench.results import load_note
+
     rows = rows_of(folder)
-    draw(rows, figures)
-    return report(rows)
+    draw(rows, figures, figure)
+    meta = json.loads((folder / "esync.json").read_text()) if (
+        folder / "esync.json").is_file() else {}
+    folder = folder.resolve()
+    logs = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
+    return report(rows, f"{logs}/", figure, load_note(meta, "esync.json"))
 
 
 def main(argv=None) -> int:

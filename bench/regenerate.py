@@ -18,6 +18,10 @@ results/ holds only what the tables and figures are computed from: each run's `l
                               (bench.sweep)
   results/ps/                 the `bench_ps` block and figures/ps_*.png (bench.ps)
   results/esync/              the `esync` block and figures/esync_study.png (bench.esync)
+  results/async-rules/        the `async_rules` block and figures/async_rules.png (bench.esync
+                              --variants sync async-plain async-staleness)
+  results/esync-averages/     the `esync_averages` block and figures/esync_averages.png
+                              (bench.esync --variants sync esync-mean esync-normalized)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
   results/gpu/                the `gpu` block: GPU throughput (bench.gpu --json
                               results/gpu/NAME.json, one record per call; a row measured in
@@ -51,6 +55,8 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "bench_ps": "## Parameter server vs DDP with a slow worker",
             "ps_servers": "## Parameter server: one server process or two (`--num-servers`)",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
+            "async_rules": "## Asynchronous SGD: plain or staleness-aware (`--async-rule`)",
+            "esync_averages": "## ESync: plain or normalised averaging (`--esync-average`)",
             "recipes": "## Recipes at an equal small budget (CPU)",
             "gpu_tier": "## GPU tier (`launch/gpu_check.sh`)",
             "gpu": "## GPU throughput (`bench/gpu.py`)"}
@@ -255,6 +261,18 @@ def esync_block(folder: Path, figures: Path) -> str:
     return esync.block(folder, figures)
 
 
+def async_rules_block(folder: Path, figures: Path) -> str:
+    from bench import esync
+
+    return esync.block(folder, figures, "async_rules.png")
+
+
+def esync_averages_block(folder: Path, figures: Path) -> str:
+    from bench import esync
+
+    return esync.block(folder, figures, "esync_averages.png")
+
+
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
@@ -266,6 +284,8 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "bench_ps": ("ps", ps_block),
     "ps_servers": ("ps-servers", ps_servers_block),
     "esync": ("esync", esync_block),
+    "async_rules": ("async-rules", async_rules_block),
+    "esync_averages": ("esync-averages", esync_averages_block),
     "recipes": ("recipes", recipes_block),
     "gpu_tier": ("gpu-tier", gpu_tier_block),
     "gpu": ("gpu", gpu_block),

@@ -87,7 +87,7 @@ def _other_of_repeats(meta: dict, combo: str) -> str:
     return f"{max(shares):.0%}" if shares else "-"
 
 
-def _load_note(meta: dict, meta_name: str) -> str:
+def load_note(meta: dict, meta_name: str) -> str:
     """How long the runs took and whether other processes shared the machine meanwhile."""
     runs = {k: v for k, v in meta.items() if k != "_replaced"}
     if not runs:
@@ -138,7 +138,7 @@ def sweep_block(sweep_dir: Path) -> str:
         f"{sweep_stats.describe_hardware(runs)}, {threads} thread(s) per process. Tables: "
         "`bench/results.py`; figures: `bench/plot_scaling.py`; both read only the "
         "runs' `log.jsonl` (kept in `results/sweep/`: `python -m bench.regenerate` redraws "
-        "this section from them)." + _load_note(meta, "sweep.json"),
+        "this section from them)." + load_note(meta, "sweep.json"),
         "",
         f"Setup: {cfg['arch']}, {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker "
         f"(weak scaling), {data}, {'/'.join(map(str, steps)) or '-'} steps per run"
@@ -260,7 +260,7 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
         f"{_when(first.run)}) at commit {_commit(contenders)} on {ps_stats.hardware(contenders)}, "
         f"{first.run['hardware'].get('torch_threads')} thread(s) per process. Tables: "
         "`bench/results.py`; figures: `bench/plot_ps.py`; both read only the runs' "
-        "`log.jsonl`." + _load_note(meta, "bench_ps.json"),
+        "`log.jsonl`." + load_note(meta, "bench_ps.json"),
         "",
         f"Setup: {n} workers with `--worker-slowdown {slow}` (worker {n} sleeps "
         f"{first.slowdowns[-1] - 1:g}x its compute time after each step: an emulated slower "
@@ -371,7 +371,7 @@ def ps_servers_block(folder: Path) -> str:
         f"--no-curves --repeats {repeats}` (`{_where(folder)}`, {len(runs)} runs, {_when(ps[0].run)}) at commit "
         f"{_commit(runs)} on {sweep_stats.describe_hardware(runs)}, "
         f"{ps[0].run['hardware'].get('torch_threads')} thread(s) per process."
-        + _load_note(_meta(folder / "sweep.json"), "sweep.json"),
+        + load_note(_meta(folder / "sweep.json"), "sweep.json"),
         "",
         f"Setup: `--mode sync`, {cfg['arch']}, {cfg['image_size']} px, `-b "
         f"{cfg['batch_size']}` per worker, synthetic data, {cfg['steps_per_epoch']} steps; "
