@@ -22,6 +22,15 @@ def test_the_schedule_is_ddp_for_the_warm_up_then_local_steps_averaged_every_per
     assert schedule.step == 10 and not schedule.in_sync  # step 9 was a local step
 
 
+def test_the_last_warm_up_step_leaves_the_ranks_in_sync():
+    """After a DDP step the weights agree: a validation or checkpoint right there must not
+    average (there is no anchor yet to average changes from)."""
+    schedule = LocalSGD(period=3, warmup_steps=2)
+    for _ in range(2):
+        assert not schedule.stepped() and schedule.in_sync
+    assert schedule.local  # the next step is the first local one
+
+
 def test_period_one_averages_after_every_local_step():
     schedule = LocalSGD(period=1, warmup_steps=0)
     assert all(schedule.stepped() for _ in range(5)) and schedule.in_sync

@@ -36,9 +36,10 @@ class LocalSGD:
 
     def stepped(self) -> bool:
         """Count a step; whether the models are to be averaged after it."""
-        average = self.local and (self.step - self.warmup_steps) % self.period == 0
+        local = self.local  # of the step just taken
+        average = local and (self.step - self.warmup_steps) % self.period == 0
         self.step += 1
-        self.in_sync = not self.local or average
+        self.in_sync = not local or average
         return average
 
 
