@@ -58,6 +58,24 @@ def entry_order(entry: str) -> int:
     return names.index(entry) if entry in names else len(names)
 
 
+
+def repo_relative(path: Path) -> str:
+    """A folder as the reader should find it: relative to the repository when inside (a
+    relative path, as logs record them, is taken as relative to the repository)."""
+    if not path.is_absolute():
+        return str(path)
+    path = path.resolve()
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def read_meta(meta_path: Path) -> dict:
+    """What a measuring tool recorded per run (sweep.json, bench_ps.json, esync.json), if
+    present."""
+    return json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+
 # --- run logs ------------------------------------------------------------------------------------
 Log = Dict[str, List[dict]]  # record kind ("run", "train", "val", ...) -> records in file order
 

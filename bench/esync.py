@@ -24,14 +24,14 @@ ESync's speed-up is sync's time to its own final accuracy over ESync's. The tabl
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import List
 
 from bench import ps_stats
-from bench.common import REPO, logged_hardware, markdown_table, shown_commit
+from bench.common import (REPO, logged_hardware, markdown_table, read_meta, repo_relative,
+                          shown_commit)
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
@@ -220,11 +220,8 @@ def block(folder: Path, figures: Path, figure: str = FIGURE) -> str:
 
     rows = rows_of(folder)
     draw(rows, figures, figure)
-    meta = json.loads((folder / "esync.json").read_text()) if (
-        folder / "esync.json").is_file() else {}
-    folder = folder.resolve()
-    logs = folder.relative_to(REPO) if folder.is_relative_to(REPO) else folder
-    return report(rows, f"{logs}/", figure, load_note(meta, "esync.json"))
+    return report(rows, f"{repo_relative(folder.resolve())}/", figure,
+                  load_note(read_meta(folder / "esync.json"), "esync.json"))
 
 
 def main(argv=None) -> int:

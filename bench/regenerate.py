@@ -42,8 +42,8 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log, run_dirs,
-                          shown_commit, write_block)
+from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log,
+                          repo_relative, run_dirs, shown_commit, write_block)
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
@@ -372,7 +372,7 @@ def main(argv=None, document: Document = RESULTS_PAGE, description: str = __doc_
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 naming the files that would change")
     parser.add_argument("--archive", nargs=2, metavar=("RUNS_DIR", "SECTION"),
-                        help=f"copy a measurement's logs into {_shown(document.records)}/SECTION "
+                        help=f"copy a measurement's logs into {repo_relative(document.records)}/SECTION "
                              f"({', '.join(document.folders)}) first")
     parser.add_argument("--results-dir", type=Path, default=document.records)
     parser.add_argument("--results", type=Path, default=document.page)
@@ -391,13 +391,6 @@ def main(argv=None, document: Document = RESULTS_PAGE, description: str = __doc_
     written = regenerate(args.results_dir, args.results, args.figures, document)
     print(f"regenerated: {', '.join(written) or 'nothing (no records found)'}")
     return 0
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 if __name__ == "__main__":
