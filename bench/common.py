@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, NoReturn, Optional, Sequence
@@ -169,6 +170,16 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def spread(values: Sequence[float], fmt: str) -> str:
+    """The median with the lowest and highest value in brackets ("-" for none)."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return format(values[0], fmt)
+    return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-"
+            f"{format(max(values), fmt)})")
 
 
 def marker(name: str, end: bool = False) -> str:

@@ -31,7 +31,7 @@ from typing import List
 
 from bench import ps_stats
 from bench.common import (REPO, logged_hardware, markdown_table, read_meta, repo_relative,
-                          shown_commit)
+                          shown_commit, spread)
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
@@ -91,15 +91,6 @@ def compare(folder: Path) -> List[dict]:
     return out
 
 
-def _spread(values: List[float], fmt: str) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return format(values[0], fmt)
-    return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-"
-            f"{format(max(values), fmt)})")
-
-
 DEFAULTS = {"--workers": 3, "--slowdown": "1,1,4", "--repeats": 2}
 
 
@@ -135,12 +126,12 @@ def report(rows: List[dict], logs: str = "results/esync/", figure: str = FIGURE,
             local = [r["local_steps"] for r in group if r["local_steps"]]
             table.append([
                 split, mode, str(len(group)),
-                _spread([r["final"] for r in group], ".1f"),
-                "-" if mode == "sync" else _spread([r["gap"] for r in group], "+.1f"),
-                f"{_spread(reached, '.0f')} ({len(reached)} of {len(group)})",
-                "-" if mode == "sync" else _spread(
+                spread([r["final"] for r in group], ".1f"),
+                "-" if mode == "sync" else spread([r["gap"] for r in group], "+.1f"),
+                f"{spread(reached, '.0f')} ({len(reached)} of {len(group)})",
+                "-" if mode == "sync" else spread(
                     [r["speedup"] for r in group if r["speedup"]], ".2f"),
-                _spread([r["samples_s"] for r in group if r["samples_s"]], ".0f"),
+                spread([r["samples_s"] for r in group if r["samples_s"]], ".0f"),
                 " / ".join(f"{statistics.mean(w):.1f}" for w in zip(*local)) if local else "-"])
             if mode != "sync":
                 speedups = [r["speedup"] for r in group if r["speedup"]]

@@ -16,7 +16,8 @@ What is computed, and from what:
   traffic per worker   PS: MEASURED, the workers' cumulative bytes_pushed + bytes_pulled
                        (parameters or gradients or deltas, plus BatchNorm buffers); DDP: COMPUTED,
                        not measured: a ring all-reduce sends and receives 2(N-1)/N x gradient
-                       bytes per rank and step (fp32 gradients of the model's parameters; DDP's
+                       bytes per rank and all-reduce (one per step; local SGD: all_reduces())
+                       (fp32 gradients of the model's parameters; DDP's
                        BatchNorm buffer broadcast from rank 0, under 0.1 % of that, left out)
   comm ratio           PS: comm / (comm + compute + wait) per worker from `worker` records
                        (wait: held at the server for the other workers of a round); DDP: not
@@ -121,6 +122,17 @@ def gradient_bytes(c: Contender) -> int:
     return sum(p.numel() for p in model.parameters()) * 4
 
 
+def all_reduces(cfg: dict, steps: int, epochs: int) -> int:
+    """Gradient-sized all-reduces of a DDP run: one per step; with --local-sgd-period H one per
+    warm-up step, one per H local steps and two per epoch (before validation and the checkpoint
+    the models, then the momentum buffers, are averaged: at most that)."""
+    period = cfg.get("local_sgd_period") or 0
+    if not period:
+        return steps
+    warmup = min(cfg.get("local_sgd_warmup_steps", 0), steps)
+    return warmup + (steps - warmup) // period + 2 * epochs
+
+
 def summarize(c: Contender, target: Optional[float]) -> dict:
     epochs = c.logs.get("train_epoch", [])
     train_s = sum(e["epoch_time"] for e in epochs)
@@ -173,11 +185,12 @@ def summarize(c: Contender, target: Optional[float]) -> dict:
         b = c.run["config"]["batch_size"]
         steps = epochs[-1]["step"] if epochs else 0
         per_step = 2 * 2 * (n - 1) / n * g  # sent + received by each rank, ring all-reduce
+        exchanges = all_reduces(c.run["config"], steps, len(epochs))
         row["traffic"] = "computed"
         row["gradient_bytes"] = g
         row["per_worker_samples_s"] = [row["samples_s"] / n if row["samples_s"] else None] * n
-        row["traffic_mb_s"] = [per_step * steps / 1e6 / train_s if train_s else None] * n
-        row["bytes_per_sample"] = [per_step / b] * n
+        row["traffic_mb_s"] = [per_step * exchanges / 1e6 / train_s if train_s else None] * n
+        row["bytes_per_sample"] = [per_step * exchanges / (steps * b) if steps else None] * n
         row["comm_ratio"] = [None] * n
         row["wait_ratio"] = [None] * n
     return row

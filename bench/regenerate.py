@@ -22,6 +22,7 @@ results/ holds only what the tables and figures are computed from: each run's `l
                               --variants sync async-plain async-staleness)
   results/esync-averages/     the `esync_averages` block and figures/esync_averages.png
                               (bench.esync --variants sync esync-mean esync-normalized)
+  results/hetero/             the `hetero` block and figures/hetero_study.png (bench.hetero)
   results/recipes/            the `recipes` block and figures/recipes_study.png (bench.recipes)
   results/gpu/                the `gpu` block: GPU throughput (bench.gpu --json
                               results/gpu/NAME.json, one record per call; a row measured in
@@ -57,6 +58,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "esync": "## ESync vs synchronous and asynchronous SGD, IID and by-class",
             "async_rules": "## Asynchronous SGD: plain or staleness-aware (`--async-rule`)",
             "esync_averages": "## ESync: plain or normalised averaging (`--esync-average`)",
+            "hetero": "## Slow and uneven workers: which method (`bench/hetero.py`)",
             "recipes": "## Recipes at an equal small budget (CPU)",
             "gpu_tier": "## GPU tier (`launch/gpu_check.sh`)",
             "gpu": "## GPU throughput (`bench/gpu.py`)"}
@@ -273,6 +275,12 @@ def esync_averages_block(folder: Path, figures: Path) -> str:
     return esync.block(folder, figures, "esync_averages.png")
 
 
+def hetero_block(folder: Path, figures: Path) -> str:
+    from bench import hetero
+
+    return hetero.block(folder, figures)
+
+
 # section (RESULTS.md block name) -> (folder under results/, block writer)
 SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "quickstart": ("quickstart", quickstart_block),
@@ -286,6 +294,7 @@ SECTIONS: Dict[str, Tuple[str, Callable[[Path, Path], str]]] = {
     "esync": ("esync", esync_block),
     "async_rules": ("async-rules", async_rules_block),
     "esync_averages": ("esync-averages", esync_averages_block),
+    "hetero": ("hetero", hetero_block),
     "recipes": ("recipes", recipes_block),
     "gpu_tier": ("gpu-tier", gpu_tier_block),
     "gpu": ("gpu", gpu_block),

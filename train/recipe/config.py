@@ -302,6 +302,11 @@ class TrainConfig:
         help="emulated heterogeneity: per-process step-time factors, e.g. 1,1,3 (the third "
              "process sleeps 2x its compute time after each step; default: all 1)",
         needs=PROCESSES))
+    slowdown_from_epoch: int = field(default=0, metadata=opt(
+        DISTRIBUTION, "--slowdown-from-epoch",
+        help="--worker-slowdown takes effect from this epoch (counted from 0, as the log "
+             "counts them); the epochs before it run at full speed: a worker that slows down "
+             "midway", needs=PROCESSES))
     dist_timeout: float = field(default=600.0, metadata=opt(
         DISTRIBUTION, "--dist-timeout",
         help="seconds a collective (or the process-group start) may wait for a peer before "
@@ -381,6 +386,10 @@ class TrainConfig:
             raise UsageError(f"--worker-slowdown has {len(factors)} factors but there are "
                              f"{processes} {what}: give one factor each")
         return factors
+
+    def slowdown_in_epoch(self, factor: float, epoch: int) -> float:
+        """A process's --worker-slowdown factor in this epoch (1 before --slowdown-from-epoch)."""
+        return factor if epoch >= self.slowdown_from_epoch else 1.0
 
     def validate_extra(self) -> None:
         """Checks of a subclass's own fields (the parameter server's, say)."""
@@ -597,6 +606,8 @@ def validate(cfg: TrainConfig) -> None:
                          "that Horovod and gloo use is not tested compiled. Drop one of them")
     if cfg.worker_slowdown is not None:
         parse_slowdown(cfg.worker_slowdown)
+    if cfg.slowdown_from_epoch < 0:
+        raise UsageError("--slowdown-from-epoch counts epochs from 0: give 0 or more")
     if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:
         raise UsageError("--steps-per-epoch and --checkpoint-every must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:

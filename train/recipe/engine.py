@@ -285,11 +285,12 @@ class Trainer:
         batches = iter(self.train_loader)
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
         last_logged = start
+        slowdown = cfg.slowdown_in_epoch(self.slowdown, self.epoch)
         for epoch_step in range(start, self.steps_per_epoch):
             step_start = time.perf_counter()
             data_time += self.train_step(batches, interval)
-            if self.slowdown > 1:  # --worker-slowdown: this process emulates a slower device
-                time.sleep((self.slowdown - 1) * (time.perf_counter() - step_start))
+            if slowdown > 1:  # --worker-slowdown: this process emulates a slower device
+                time.sleep((slowdown - 1) * (time.perf_counter() - step_start))
 
             done = epoch_step + 1
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:

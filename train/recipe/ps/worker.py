@@ -111,6 +111,7 @@ class Worker:
         self.bytes_pulled = [0] * cfg.num_servers
         self.lr_multiplier = 1.0  # the schedule's, as the coordinator last said
         self.step = 0  # the server step of the weights this worker holds
+        self.epoch = 0  # of this worker's shard (--slowdown-from-epoch counts these)
         self.lost_peers: list = []  # workers the server has given up on
 
     # --- helpers ------------------------------------------------------------------------------
@@ -120,6 +121,7 @@ class Worker:
         for epoch in itertools.count(self.first_epoch):
             skip = self.first_epoch_samples if epoch == self.first_epoch else 0
             self.loader.set_epoch(epoch, skip)
+            self.epoch = epoch
             batches = iter(self.loader)
             steps = self.steps_per_epoch - skip // (self.cfg.batch_size * self.workers)
             for _ in range(min(steps, len(self.loader))):
@@ -186,8 +188,9 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         busy = time.perf_counter() - start
-        if self.slowdown > 1:
-            time.sleep((self.slowdown - 1) * busy)
+        slowdown = self.cfg.slowdown_in_epoch(self.slowdown, self.epoch)
+        if slowdown > 1:
+            time.sleep((slowdown - 1) * busy)
         n = len(targets)
         return {"count": n, "loss": loss.item() * n, "correct1": correct1.item(),
                 "correct5": correct5.item(), "compute_time": time.perf_counter() - start,

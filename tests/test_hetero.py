@@ -1,0 +1,76 @@
+"""bench.hetero, the slow-and-uneven-workers study: the commands it runs, how it counts local
+SGD's traffic and what it concludes from a table of runs. In-process (its real runs are read by
+test_results' byte-for-byte regeneration of results/hetero/)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bench import hetero, ps_stats
+
+
+def _args(**kw) -> argparse.Namespace:
+    defaults = dict(arch="resnet18", image_size=32, batch_size=16, epochs=6, lr=0.4,
+                    warmup_epochs=1, print_freq=5, repeats=2, workers=3,
+                    profiles=list(hetero.PROFILES), splits=list(hetero.SPLITS),
+                    methods=list(hetero.METHODS), local_sgd_period=4,
+                    local_sgd_warmup_steps=14, esync_epsilon=0.05)
+    return argparse.Namespace(**{**defaults, **kw})
+
+
+def _flag(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
+    listed = hetero.jobs(_args(), Path("out"), Path("data"))
+    names = [name for name, _ in listed]
+    per_seed = len(hetero.PROFILES) * (2 * len(hetero.METHODS) - len(hetero.DDP_METHODS))
+    assert len(names) == 2 * per_seed and len(set(names)) == len(names)
+    assert all(n.endswith("-s0") for n in names[:per_seed])  # seeds outermost
+    for name, argv in listed:
+        profile = next(p for p in hetero.PROFILES if name.startswith(p + "-"))
+        slowdown, start = hetero.PROFILES[profile]
+        assert _flag(argv, "--worker-slowdown") == slowdown
+        assert _flag(argv, "--slowdown-from-epoch") == str(start)
+        script = next(a for a in argv if a.endswith(".py"))
+        if "-ddp-" in name or "-local-sgd-" in name:
+            assert script.endswith("train/ddp.py") and "-iid-" in name
+            assert "--nproc_per_node=3" in argv
+            assert (_flag(argv, "--local-sgd-period") == "4") == ("local-sgd" in name)
+        else:
+            assert script.endswith("train/ps.py") and "--nproc_per_node=4" in argv
+            split = "by-class" if "-by-class-" in name else "iid"
+            assert _flag(argv, "--split") == split
+            mode, _, rule = name.split(f"-{split}-")[1].rsplit("-s", 1)[0].partition("-")
+            assert _flag(argv, "--mode") == mode
+            option = {"async": "--async-rule", "esync": "--esync-average"}.get(mode)
+            assert option is None or _flag(argv, option) == rule
+    midway = dict(hetero.jobs(_args(profiles=["midway"], repeats=1), Path("o"), Path("d")))
+    assert all(_flag(a, "--slowdown-from-epoch") == "3" for a in midway.values())
+
+
+def test_local_sgd_traffic_counts_warm_up_steps_averagings_and_the_epoch_ends():
+    assert ps_stats.all_reduces({}, 80, 6) == 80  # plain DDP: one per step
+    cfg = {"local_sgd_period": 4, "local_sgd_warmup_steps": 14}
+    assert ps_stats.all_reduces(cfg, 80, 6) == 14 + 66 // 4 + 2 * 6
+    assert ps_stats.all_reduces(cfg, 10, 1) == 10 + 0 + 2  # still in its warm-up
+
+
+def _row(method, seed, final, time, profile="one-2x", split="iid"):
+    return {"profile": profile, "split": split, "method": method, "seed": seed,
+            "final": final, "time": time}
+
+
+def test_verdicts_name_the_fastest_method_that_always_reached_the_target_and_the_spread():
+    rows = [_row("sync", 0, 90, 50), _row("sync", 1, 92, 60),
+            _row("ddp", 0, 91, 40), _row("ddp", 1, 93, 45),
+            _row("async-plain", 0, 50, None), _row("async-plain", 1, 60, 20),
+            _row("esync-mean", 0, 89, 30), _row("esync-mean", 1, 95, 33)]
+    (line,) = hetero.verdicts(rows)
+    # async-plain was faster once but missed the target once: not a winner
+    assert "**esync-mean** (32 s median; the next 1.35x slower)" in line
+    assert "within sync's spread: ddp, esync-mean" in line
+    assert "below all of sync's runs: async-plain" in line
+    assert hetero.verdicts([_row("sync", 0, 90, None)]) == [
+        "* **one-2x, iid**: no method reached the target in every run."]
