@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import List
 
 from bench import ps_stats
-from bench.common import (REPO, logged_hardware, markdown_table, read_meta, repo_relative,
-                          shown_commit, spread)
+from bench.common import REPO, logged_hardware, read_meta, repo_relative, shown_commit, spread
+from bench.render import render
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
@@ -113,9 +113,6 @@ def shown_command(rows: List[dict]) -> str:
 
 def report(rows: List[dict], logs: str = "results/esync/", figure: str = FIGURE,
            note: str = "") -> str:
-    first = rows[0]["run"]
-    cfg = first["config"]
-    seeds = sorted({r["seed"] for r in rows})
     table, verdicts = [], []
     for split in SPLITS:
         for mode in VARIANTS:
@@ -135,37 +132,16 @@ def report(rows: List[dict], logs: str = "results/esync/", figure: str = FIGURE,
                 " / ".join(f"{statistics.mean(w):.1f}" for w in zip(*local)) if local else "-"])
             if mode != "sync":
                 speedups = [r["speedup"] for r in group if r["speedup"]]
-                gaps = [r["gap"] for r in group]
-                verdicts.append(
-                    f"* **{split}, {mode}**: final top-1 {statistics.mean(gaps):+.1f} points "
-                    f"from sync's on average; reached sync's final accuracy in "
-                    f"{len(speedups)} of {len(group)} runs" + (
-                        f", {statistics.median(speedups):.2f}x as fast as sync (median)"
-                        if speedups else "") + ".")
-    return "\n".join([
-        f"`launch/env.sh {shown_command(rows)}` (logs: `{logs}`): {first['workers']} "
-        f"workers with `--worker-slowdown {cfg['worker_slowdown']}` (the last one sleeps "
-        "after each step: an emulated slower device), "
-        f"{cfg['arch']} at {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker, "
-        f"{cfg['epochs']} epochs, lr {cfg['lr']:g} per 256 scaled per mode, cosine with "
-        f"warm-up, seeds {', '.join(map(str, seeds))}"
-        + (f"; ESync with `--esync-rule {cfg['esync_rule']}`" if any(
-            r["mode"].startswith("esync") for r in rows) else "")
-        + ". Validation once per epoch on the server; time = training "
-        f"wall-clock of the evaluated weights. Target per split and seed = sync's final "
-        f"val top-1 of that seed. On {logged_hardware(first)}, commit "
-        f"{shown_commit(first.get('commit'))}.{note}",
-        "",
-        markdown_table(["split", "mode", "runs", "final top-1", "vs sync (points)",
-                        "s to sync's final top-1 (reached)", "speed-up vs sync",
-                        "samples/s", "local steps per round, per worker"], table, right_from=2),
-        "",
-        "Medians, with the lowest and highest run in brackets.",
-        "",
-        *verdicts,
-        "",
-        f"![validation top-1 vs time](figures/{figure})",
-    ]) + "\n"
+                verdicts.append({"split": split, "mode": mode, "runs": len(group),
+                                 "gap": statistics.mean(r["gap"] for r in group),
+                                 "reached": len(speedups),
+                                 "speedup": statistics.median(speedups) if speedups else None})
+    first = rows[0]["run"]
+    return render("esync", command=shown_command(rows), logs=logs, figure=figure, note=note,
+                  run=first, cfg=first["config"], seeds=sorted({r["seed"] for r in rows}),
+                  esync=any(r["mode"].startswith("esync") for r in rows),
+                  hardware=logged_hardware(first), commit=shown_commit(first.get("commit")),
+                  rows=table, verdicts=verdicts)
 
 
 def draw(rows: List[dict], figures: Path, figure: str = FIGURE) -> Path:

@@ -12,10 +12,8 @@ import json
 from pathlib import Path
 from typing import List
 
-from bench.common import markdown_table
+from bench.render import render
 
-NO_RECORD = ("The GPU tier has not run on a GPU yet: there is no record in "
-             "`results/gpu-tier/`. Nothing on this page comes from a GPU.")
 STATUSES = ("passed", "failed", "skipped", "stopped")
 
 
@@ -31,7 +29,7 @@ def block(folder: Path, figures: Path = None) -> str:
     machines = [r for r in lines if r["kind"] == "environment"]
     checks = [r for r in lines if r["kind"] == "check"]
     if not checks:
-        return NO_RECORD + "\n"
+        return render("gpu_tier", counts=None)
     counts = ", ".join(f"{sum(c['status'] == s for c in checks)} {s}" for s in STATUSES)
     seen = []
     for env in machines:
@@ -44,8 +42,4 @@ def block(folder: Path, figures: Path = None) -> str:
             seen.append(text)
     rows = [[c["group"], c["check"], c["status"], c["detail"].replace("|", "/").replace(
         "\n", " ")[:300], f"{c['seconds']:.0f}"] for c in checks]
-    return "\n".join([
-        f"`bash launch/gpu_check.sh` (record: `results/gpu-tier/checks.jsonl`): {counts}.",
-        "", *[f"* on {text}" for text in seen], "",
-        markdown_table(["group", "check", "result", "what it saw", "s"], rows, right_from=4),
-        ""])
+    return render("gpu_tier", counts=counts, machines=seen, rows=rows)

@@ -9,6 +9,8 @@ side by side on the same data, model, batch and schedule.
 Methods (--methods), 3 compute processes each:
   ddp               train/ddp.py: gradients all-reduced every step (the slowest rank sets the pace)
   local-sgd         train/ddp.py --local-sgd-period H after --local-sgd-warmup-steps W
+  diloco            the same with DiLoCo's outer step (--local-sgd-outer-lr 0.7
+                    --local-sgd-outer-momentum 0.9 by default: --outer-lr, --outer-momentum)
   sync              train/ps.py --mode sync (one server process more)
   async-plain       train/ps.py --mode async --async-rule plain
   async-staleness   train/ps.py --mode async --async-rule staleness (the default rule)
@@ -36,13 +38,13 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from bench import ps_stats
-from bench.common import (REPO, logged_hardware, markdown_table, read_meta, repo_relative,
-                          shown_commit, spread)
+from bench.common import REPO, logged_hardware, read_meta, repo_relative, shown_commit, spread
+from bench.render import render
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
-METHODS = ("ddp", "local-sgd", "sync", "async-plain", "async-staleness", "esync-mean",
+METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
            "esync-normalized")
-DDP_METHODS = ("ddp", "local-sgd")
+DDP_METHODS = ("ddp", "local-sgd", "diloco")
 # name -> (--worker-slowdown, --slowdown-from-epoch)
 PROFILES: Dict[str, Tuple[str, int]] = {"even": ("1,1,1", 0), "one-2x": ("1,1,2", 0),
                                         "one-4x": ("1,1,4", 0), "midway": ("1,1,4", 3)}
@@ -54,9 +56,11 @@ META = "hetero.json"
 def method_args(method: str, args) -> List[str]:
     if method == "ddp":
         return []
-    if method == "local-sgd":
+    if method in ("local-sgd", "diloco"):
+        outer = (["--local-sgd-outer-lr", str(args.outer_lr), "--local-sgd-outer-momentum",
+                  str(args.outer_momentum)] if method == "diloco" else [])
         return ["--local-sgd-period", str(args.local_sgd_period), "--local-sgd-warmup-steps",
-                str(args.local_sgd_warmup_steps)]
+                str(args.local_sgd_warmup_steps), *outer]
     mode, _, rule = method.partition("-")
     if mode == "async":
         return ["--mode", mode, "--async-rule", rule]
@@ -93,7 +97,11 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
 def method_of(c: ps_stats.Contender) -> str:
     if c.is_ps:
         return c.variant
-    return "local-sgd" if c.run["config"].get("local_sgd_period") else "ddp"
+    cfg = c.run["config"]
+    if not cfg.get("local_sgd_period"):
+        return "ddp"
+    plain = cfg.get("local_sgd_outer_lr", 1) == 1 and not cfg.get("local_sgd_outer_momentum")
+    return "local-sgd" if plain else "diloco"
 
 
 def profile_of(run: dict) -> str:
@@ -131,10 +139,11 @@ def _within(values: List[float], others: List[float]) -> bool:
     return bool(values and others) and min(values) <= max(others) and min(others) <= max(values)
 
 
-def verdicts(rows: List[dict]) -> List[str]:
+def verdicts(rows: List[dict]) -> List[dict]:
     """Per profile and split: the fastest method to the target among those that reached it in
-    every run, and which methods' final top-1 lies within sync's spread."""
-    lines = []
+    every run (with how much slower the next one was), which methods' final top-1 ranges
+    overlap sync's, and which lie wholly below it."""
+    found = []
     for profile in PROFILES:
         for split in SPLITS:
             cell = [r for r in rows if r["profile"] == profile and r["split"] == split]
@@ -144,35 +153,22 @@ def verdicts(rows: List[dict]) -> List[str]:
             groups = {m: g for m, g in groups.items() if g}
             always = {m: statistics.median(r["time"] for r in g) for m, g in groups.items()
                       if all(r["time"] is not None for r in g)}
+            ranked = sorted(always, key=always.get)
             sync_finals = [r["final"] for r in groups.get("sync", [])]
-            level = [m for m, g in groups.items() if m != "sync" and
-                     _within([r["final"] for r in g], sync_finals)]
-            below = [m for m, g in groups.items() if m != "sync" and m not in level and
-                     sync_finals and max(r["final"] for r in g) < min(sync_finals)]
-            text = f"* **{profile}, {split}**: "
-            if always:
-                best = min(always, key=always.get)
-                runner = sorted(always.values())[1] if len(always) > 1 else None
-                text += (f"fastest to the target in every run: **{best}** "
-                         f"({always[best]:.0f} s median" + (
-                             f"; the next {runner / always[best]:.2f}x slower" if runner else "")
-                         + ")")
-            else:
-                text += "no method reached the target in every run"
-            if level:
-                text += f"; final top-1 within sync's spread: {', '.join(level)}"
-            if below:
-                text += f"; below all of sync's runs: {', '.join(below)}"
-            lines.append(text + ".")
-    return lines
+            others = {m: [r["final"] for r in g] for m, g in groups.items() if m != "sync"}
+            found.append({
+                "profile": profile, "split": split,
+                "fastest": ranked[0] if ranked else None,
+                "fastest_s": always[ranked[0]] if ranked else None,
+                "next_ratio": always[ranked[1]] / always[ranked[0]] if len(ranked) > 1 else None,
+                "level": [m for m, finals in others.items() if _within(finals, sync_finals)],
+                "below": [m for m, finals in others.items()
+                          if sync_finals and max(finals) < min(sync_finals)]})
+    return found
 
 
 def report(rows: List[dict], gap: float, logs: str = "results/hetero/", figure: str = FIGURE,
            note: str = "") -> str:
-    first = rows[0]["run"]
-    cfg = first["config"]
-    seeds = sorted({r["seed"] for r in rows})
-    local = next((r["run"]["config"] for r in rows if r["method"] == "local-sgd"), None)
     table = []
     for profile in PROFILES:
         for split in SPLITS:
@@ -182,42 +178,27 @@ def report(rows: List[dict], gap: float, logs: str = "results/hetero/", figure: 
                 if not group:
                     continue
                 reached = [r["time"] for r in group if r["time"] is not None]
-                gaps = [r["gap"] for r in group if r["gap"] is not None]
                 kb = [r["kb_per_sample"] for r in group if r["kb_per_sample"] is not None]
                 table.append([
                     profile, split, method, str(len(group)),
                     spread([r["final"] for r in group], ".1f"),
-                    "-" if method == "sync" else spread(gaps, "+.1f"),
+                    "-" if method == "sync" else spread(
+                        [r["gap"] for r in group if r["gap"] is not None], "+.1f"),
                     f"{spread(reached, '.0f')} ({len(reached)} of {len(group)})",
                     spread([r["samples_s"] for r in group if r["samples_s"]], ".0f"),
                     spread(kb, ".0f") + (" (computed)" if group[0]["traffic"] == "computed"
                                          else "")])
-    profiles = ", ".join(f"{name} `--worker-slowdown {s}`" + (
-        f" `--slowdown-from-epoch {e}`" if e else "") for name, (s, e) in PROFILES.items()
-        if any(r["profile"] == name for r in rows))
-    return "\n".join([
-        f"`launch/env.sh python -m bench.hetero` (logs: `{logs}`): 3 workers, {profiles}; "
-        f"{cfg['arch']} at {cfg['image_size']} px, `-b {cfg['batch_size']}` per worker, "
-        f"{cfg['epochs']} epochs, lr {cfg['lr']:g} per 256 scaled per method, cosine with "
-        f"warm-up, seeds {', '.join(map(str, seeds))}"
-        + (f"; local SGD `--local-sgd-period {local['local_sgd_period']} "
-           f"--local-sgd-warmup-steps {local['local_sgd_warmup_steps']}`" if local else "")
-        + f". Target per profile, split and seed: PS sync's final val top-1 minus {gap:g} "
-        "points; time = training wall-clock of the evaluated weights. kB per sample: sent and "
-        "received per worker per training sample (PS: measured; DDP: computed from the "
-        f"all-reduces made). On {logged_hardware(first)}, commit "
-        f"{shown_commit(first.get('commit'))}.{note}",
-        "",
-        markdown_table(["profile", "split", "method", "runs", "final top-1",
-                        "vs sync (points)", "s to target (reached)", "samples/s",
-                        "kB/sample"], table, right_from=3),
-        "",
-        "Medians, with the lowest and highest run in brackets.",
-        "",
-        *verdicts(rows),
-        "",
-        f"![validation top-1 vs time, per profile and split](figures/{figure})",
-    ]) + "\n"
+    first = rows[0]["run"]
+    return render("hetero", logs=logs, figure=figure, note=note, gap=gap,
+                  cfg=first["config"], hardware=logged_hardware(first),
+                  commit=shown_commit(first.get("commit")),
+                  seeds=sorted({r["seed"] for r in rows}), rows=table, verdicts=verdicts(rows),
+                  profiles=[(name, *PROFILES[name]) for name in PROFILES
+                            if any(r["profile"] == name for r in rows)],
+                  local=next((r["run"]["config"] for r in rows if r["method"] == "local-sgd"),
+                             None),
+                  diloco=next((r["run"]["config"] for r in rows if r["method"] == "diloco"),
+                              None))
 
 
 def draw(rows: List[dict], figures: Path, figure: str = FIGURE) -> Path:
@@ -286,6 +267,9 @@ def main(argv=None) -> int:
     p.add_argument("--local-sgd-period", type=int, default=4)
     p.add_argument("--local-sgd-warmup-steps", type=int, default=14,
                    help="the lr warm-up's steps at the default size (640 images, 3 x 16)")
+    p.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer lr")
+    p.add_argument("--outer-momentum", type=float, default=0.9,
+                   help="diloco's outer Nesterov momentum")
     p.add_argument("-p", "--print-freq", type=int, default=5)
     p.add_argument("--train-per-class", type=int, default=64)
     p.add_argument("--esync-epsilon", type=float, default=0.05,

@@ -49,8 +49,9 @@ import torchvision
 from torchvision import transforms
 
 from bench.common import (REPO, cpu_cores, exit_without_recipe, git_commit, machine,
-                          markdown_table, shown_command, shown_commit, write_block)
+                          shown_command, shown_commit, write_block)
 from bench.jobs import dataset_command, make_dataset
+from bench.render import render
 
 try:
     from recipe.config import parse_args
@@ -182,18 +183,8 @@ def table(record: dict) -> str:
              f"{r['img_s'] / classic:.2f}x" if classic else "-",
              f"{100 * r['img_s'] / ceiling:.0f}%" if ceiling else "-",
              ", ".join(f"{x:.0f}" for x in r["runs"])] for name, r in results.items()]
-    return "\n".join([
-        f"`launch/env.sh {record['command']}` on {record['hardware']}, commit "
-        f"{shown_commit(record['commit'])}: {record['images']} JPEGs ({record['data_description']}), "
-        f"{cfg['workers']} worker(s), batch {cfg['batch_size']}, crop {cfg['image_size']}, "
-        f"median of {cfg['passes']} passes after a warm-up pass, the loaders taking turns "
-        "(record: `results/io/bench_io.json`):",
-        "",
-        markdown_table(["loader", "img/s", "per worker", "vs classic ImageFolder",
-                        "vs decode ceiling", "passes, img/s"], rows),
-        "",
-        "![input pipelines](figures/io.png)",
-    ]) + "\n"
+    return render("io", record=record, cfg=cfg, commit=shown_commit(record["commit"]),
+                  rows=rows)
 
 
 def plot(record: dict, path: Path) -> None:

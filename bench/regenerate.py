@@ -43,8 +43,9 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
-from bench.common import (REPO, logged_device, logged_hardware, markdown_table, read_log,
+from bench.common import (REPO, logged_device, logged_hardware, read_log,
                           repo_relative, run_dirs, shown_commit, write_block)
+from bench.render import render
 
 RESULTS = REPO / "results"
 HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
@@ -77,22 +78,9 @@ def quickstart_block(folder: Path, figures: Path) -> str:
     for run_dir in runs:
         val = read_log(run_dir).get("val", [])
         per_epoch.append([run_dir.name] + [f"{v['loss']:,.2f} / {v['top1']:.1f}" for v in val])
-    epochs = max(len(r) for r in per_epoch) - 1
-    return "\n".join([
-        "`bash launch/quickstart.sh`, once per kind of CPU (logs: `results/quickstart/`). It "
-        "picks O1 (bf16 autocast) where the CPU has native bf16 and O0 (fp32) where bf16 would "
-        "be emulated; img/s is the median of the logged intervals after the first, wall s the "
-        "training run's (data generation excluded):",
-        "",
-        markdown_table(cols, [[str(r[c]) for c in cols] for r in rows], right_from=3),
-        "",
-        "Validation loss / top-1 (%) after each epoch:",
-        "",
-        markdown_table(["run", *(f"epoch {e}" for e in range(epochs))], per_epoch,
-                       right_from=1),
-        "",
-        "![quickstart learning curves](figures/quickstart_curves.png)",
-    ]) + "\n"
+    return render("quickstart", cols=cols, rows=[[str(r[c]) for c in cols] for r in rows],
+                  epochs=[f"epoch {e}" for e in range(max(len(r) for r in per_epoch) - 1)],
+                  per_epoch=per_epoch)
 
 
 def sweep_block(folder: Path, figures: Path) -> str:
@@ -119,43 +107,28 @@ def cpu_block(folder: Path, figures: Path) -> str:
                      r["img/s/proc"], r["wall s"]])
     first = read_log(runs[0])["run"][0]
 
-    def ratio(text: str, a: str, b: str, processes: int = 1) -> List[str]:
+    def ratio(text: str, a: str, b: str, processes: int = 1) -> List[dict]:
         """run a's img/s over run b's (over `processes` x b's: weak-scaling efficiency)."""
         if a not in rate or b not in rate:
             return []
-        over = f"({processes} x {rate[b]:.1f})" if processes > 1 else f"{rate[b]:.1f}"
-        return [f"* {text}: {rate[a]:.1f} / {over} img/s = "
-                f"**{rate[a] / (processes * rate[b]):.2f}**"]
+        return [{"text": text, "a": rate[a], "b": rate[b], "processes": processes,
+                 "ratio": rate[a] / (processes * rate[b])}]
 
     ddp, nd2 = "ddp-2x1thread-fp32-synthetic", "nd-2threads-fp32-synthetic"
-    lines = (ratio("DDP weak-scaling efficiency, 2 processes x 1 thread vs 1 process x 1 "
-                   "thread (synthetic)", ddp, "nd-1thread-fp32-synthetic", processes=2)
-             + ratio("DDP 2 x 1 thread vs one process using both cores (synthetic)", ddp, nd2)
-             + ratio("DDP on JPEGs (decode and augmentation in 1 loader worker per process) "
-                     "vs on synthetic data", "ddp-2x1thread-fp32-jpeg", ddp)
-             + ratio("nd (2 threads) on JPEGs vs on synthetic data", "nd-2threads-fp32-jpeg",
-                     nd2)
-             + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, as this CPU runs it",
-                     "ddp-2x1thread-O1bf16-synthetic", ddp)
-             + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, held to AVX2 (bf16 emulated)",
-                     "ddp-2x1thread-O1bf16-synthetic-avx2", "ddp-2x1thread-fp32-synthetic-avx2"))
-    return "\n".join([
-        "`bash launch/bench_cpu.sh` (logs: `results/cpu/`): resnet18 at 64 px, `-b 32` per "
-        "process, one epoch of `steps` steps; synthetic = `--dummy` (compute and communication "
-        "only), JPEG = the generated JPEG set with 1 loader worker per process; img/s = median "
-        "of the logged intervals after the first. Runs ending in `-avx2` hold oneDNN and ATen "
-        "to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`), which is how a CPU "
-        f"without native bf16 runs. On {logged_hardware(first)}, commit "
-        f"{shown_commit(first.get('commit'))}:",
-        "",
-        markdown_table(["run", "script", "procs x threads", "precision", "data",
-                        "global batch", "steps", "img/s", "img/s per process", "wall s"],
-                       rows, right_from=5),
-        "",
-        "The ratios, all from this one measurement:",
-        "",
-        *lines,
-    ]) + "\n"
+    ratios = (ratio("DDP weak-scaling efficiency, 2 processes x 1 thread vs 1 process x 1 "
+                    "thread (synthetic)", ddp, "nd-1thread-fp32-synthetic", processes=2)
+              + ratio("DDP 2 x 1 thread vs one process using both cores (synthetic)", ddp, nd2)
+              + ratio("DDP on JPEGs (decode and augmentation in 1 loader worker per process) "
+                      "vs on synthetic data", "ddp-2x1thread-fp32-jpeg", ddp)
+              + ratio("nd (2 threads) on JPEGs vs on synthetic data", "nd-2threads-fp32-jpeg",
+                      nd2)
+              + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, as this CPU runs it",
+                      "ddp-2x1thread-O1bf16-synthetic", ddp)
+              + ratio("O1 bf16 vs fp32, DDP 2 x 1 thread, held to AVX2 (bf16 emulated)",
+                      "ddp-2x1thread-O1bf16-synthetic-avx2",
+                      "ddp-2x1thread-fp32-synthetic-avx2"))
+    return render("cpu", rows=rows, ratios=ratios, hardware=logged_hardware(first),
+                  commit=shown_commit(first.get("commit")))
 
 
 def recipes_block(folder: Path, figures: Path) -> str:
@@ -173,33 +146,11 @@ def recipes_block(folder: Path, figures: Path) -> str:
     for r in rows:
         by_preset.setdefault(r["preset"], []).append(r["final"])
     means = {p: sum(v) / len(v) for p, v in by_preset.items()}
-    ranked = sorted(means, key=means.get, reverse=True)
-    verdict = (f"At this budget `{ranked[0]}` ends highest: {means[ranked[0]]:.1f} % mean final "
-               "top-1 against " + ", ".join(f"`{p}` {means[p]:.1f} %" for p in ranked[1:])
-               + f" ({len(rows) // len(means)} seed(s) per preset).")
-    scored = sum(r["ema_scored"] for r in rows)
-    if scored:
-        verdict += (f" The EMA scored above the weights it averages in "
-                    f"{sum(r['ema_above'] for r in rows)} of {scored} validations.")
-    return "\n".join([
-        f"`launch/env.sh python -m bench.recipes` (logs: `results/recipes/`): each preset of "
-        f"`recipes/` scaled to the same budget by the tool's one rule (epoch counts and image "
-        f"sizes in proportion, the preset's per-256 lr at global batch {first['global_batch']}, "
-        f"the EMA's horizon kept as the same share of the run), {cfg['arch']}, "
-        f"{cfg['epochs']} epochs, one process, O0, on `{Path(cfg['data']).name}` "
-        f"({first['train_samples_per_rank']} generated training images; validation "
-        f"every epoch), on {logged_hardware(first)}, commit "
-        f"{shown_commit(first.get('commit'))}:",
-        "",
-        markdown_table(["run", "preset", "seed", "epochs", "final top-1", "best top-1",
-                        "EMA final top-1", "train s"], table, right_from=2),
-        "",
-        verdict + " This compares the recipes at a budget far from the one they were made "
-        "for (the published runs train 90 and 600 epochs on 1.28 M images); it says nothing "
-        "about their ImageNet accuracy.",
-        "",
-        "![validation top-1 per epoch](figures/recipes_study.png)",
-    ]) + "\n"
+    return render("recipes", run=first, cfg=cfg, data=Path(cfg["data"]).name,
+                  hardware=logged_hardware(first), commit=shown_commit(first.get("commit")),
+                  rows=table, means=sorted(means.items(), key=lambda kv: -kv[1]),
+                  seeds=len(rows) // len(means), ema_scored=sum(r["ema_scored"] for r in rows),
+                  ema_above=sum(r["ema_above"] for r in rows))
 
 
 def io_block(folder: Path, figures: Path) -> str:

@@ -177,6 +177,11 @@ def test_ddp_help_has_the_ddp_options(capsys):
      "--local-sgd-period and --local-sgd-warmup-steps must be >= 0"),
     (["--local-sgd-period", "2", "--opt-level", "O2"], "works at O0 and O1 without"),
     (["--local-sgd-period", "2", "--ddp-comm-hook", "bf16"], "works at O0 and O1 without"),
+    (["--local-sgd-outer-momentum", "0.9"], "shape local SGD's averaging: give "
+                                            "--local-sgd-period too"),
+    (["--local-sgd-period", "2", "--local-sgd-outer-momentum", "1"],
+     "--local-sgd-outer-momentum in [0, 1)"),
+    (["--local-sgd-period", "2", "--local-sgd-outer-lr", "0"], "--local-sgd-outer-lr must be > 0"),
 ])
 def test_bad_local_sgd_options(expect_usage_error, tiny_imagefolder, args, message):
     expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ddp.py")

@@ -14,7 +14,8 @@ def _args(**kw) -> argparse.Namespace:
                     warmup_epochs=1, print_freq=5, repeats=2, workers=3,
                     profiles=list(hetero.PROFILES), splits=list(hetero.SPLITS),
                     methods=list(hetero.METHODS), local_sgd_period=4,
-                    local_sgd_warmup_steps=14, esync_epsilon=0.05)
+                    local_sgd_warmup_steps=14, outer_lr=0.7, outer_momentum=0.9,
+                    esync_epsilon=0.05)
     return argparse.Namespace(**{**defaults, **kw})
 
 
@@ -34,10 +35,11 @@ def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
         assert _flag(argv, "--worker-slowdown") == slowdown
         assert _flag(argv, "--slowdown-from-epoch") == str(start)
         script = next(a for a in argv if a.endswith(".py"))
-        if "-ddp-" in name or "-local-sgd-" in name:
+        if any(f"-{m}-" in name for m in hetero.DDP_METHODS):
             assert script.endswith("train/ddp.py") and "-iid-" in name
             assert "--nproc_per_node=3" in argv
-            assert (_flag(argv, "--local-sgd-period") == "4") == ("local-sgd" in name)
+            assert (_flag(argv, "--local-sgd-period") == "4") == ("-ddp-" not in name)
+            assert (_flag(argv, "--local-sgd-outer-momentum") == "0.9") == ("diloco" in name)
         else:
             assert script.endswith("train/ps.py") and "--nproc_per_node=4" in argv
             split = "by-class" if "-by-class-" in name else "iid"
@@ -67,10 +69,30 @@ def test_verdicts_name_the_fastest_method_that_always_reached_the_target_and_the
             _row("ddp", 0, 91, 40), _row("ddp", 1, 93, 45),
             _row("async-plain", 0, 50, None), _row("async-plain", 1, 60, 20),
             _row("esync-mean", 0, 89, 30), _row("esync-mean", 1, 95, 33)]
-    (line,) = hetero.verdicts(rows)
+    (found,) = hetero.verdicts(rows)
     # async-plain was faster once but missed the target once: not a winner
-    assert "**esync-mean** (32 s median; the next 1.35x slower)" in line
-    assert "within sync's spread: ddp, esync-mean" in line
-    assert "below all of sync's runs: async-plain" in line
-    assert hetero.verdicts([_row("sync", 0, 90, None)]) == [
-        "* **one-2x, iid**: no method reached the target in every run."]
+    assert (found["fastest"], found["fastest_s"]) == ("esync-mean", 31.5)
+    assert found["next_ratio"] == 42.5 / 31.5  # ddp, the next one
+    assert found["level"] == ["ddp", "esync-mean"] and found["below"] == ["async-plain"]
+    (none,) = hetero.verdicts([_row("sync", 0, 90, None)])
+    assert none["fastest"] is None and none["level"] == none["below"] == []
+
+
+def test_the_block_says_the_verdicts_in_words():
+    run = {"config": {"arch": "resnet18", "image_size": 32, "batch_size": 16, "epochs": 6,
+                      "lr": 0.4, "local_sgd_period": 4, "local_sgd_warmup_steps": 14},
+           "hardware": {"gpus": [], "cpu": "Some CPU", "cpu_count": 2},
+           "versions": {"torch": "2.15.0"}, "commit": "abc1234"}
+    rows = [dict(_row(m, s, final, t), run=run, gap=final - 91, samples_s=100.0,
+                 kb_per_sample=1000.0, traffic="computed" if m == "local-sgd" else "measured")
+            for m, s, final, t in [("sync", 0, 90, 50), ("sync", 1, 92, 60),
+                                   ("local-sgd", 0, 91, 40), ("local-sgd", 1, 93, 45),
+                                   ("async-plain", 0, 50, None), ("async-plain", 1, 60, 20)]]
+    text = hetero.report(rows, 5.0)
+    assert ("* **one-2x, iid**: fastest to the target in every run: **local-sgd** (42 s "
+            "median; the next 1.29x slower); final top-1 within sync's spread: local-sgd; "
+            "below all of sync's runs: async-plain.") in text
+    assert "`--local-sgd-period 4 --local-sgd-warmup-steps 14`" in text
+    assert "| one-2x | iid | local-sgd | 2 | 92.0 (91.0-93.0) | +1.0 (+0.0-+2.0) | " \
+           "42 (40-45) (2 of 2) | 100 (100-100) | 1000 (1000-1000) (computed) |" in text
+    assert "minus\n5 points" in text or "minus 5 points" in text

@@ -120,7 +120,7 @@ def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_ima
     _assert_same_training(runs / "ddp", runs / "local1")
     _assert_different_training(runs / "ddp", runs / "local4")
     assert records(runs / "local4", "run")[0]["local_sgd"] == {
-        "period": 4, "warmup_steps": 0}
+        "period": 4, "warmup_steps": 0, "outer_lr": 1.0, "outer_momentum": 0.0}
 
 
 @pytest.mark.parametrize("first,then", [("fsdp.py", "ddp.py"), ("ddp.py", "fsdp.py")])

@@ -294,6 +294,17 @@ class TrainConfig:
         help="local SGD: optimizer steps of plain DDP (gradients all-reduced) before the "
              "local steps begin (Lin et al.'s post-local SGD starts after the first lr decay)",
         needs=LOCAL_SGD))
+    local_sgd_outer_lr: float = field(default=1.0, metadata=opt(
+        DISTRIBUTION, "--local-sgd-outer-lr",
+        help="local SGD: an outer SGD step on each average, DiLoCo-style (Douillard et al., "
+             "2023): the weights move by this times the ranks' mean change (with "
+             "--local-sgd-outer-momentum, Nesterov momentum over those changes). 1 with "
+             "momentum 0: plain averaging (default); DiLoCo: 0.7 with momentum 0.9",
+        needs=LOCAL_SGD))
+    local_sgd_outer_momentum: float = field(default=0.0, metadata=opt(
+        DISTRIBUTION, "--local-sgd-outer-momentum",
+        help="local SGD: Nesterov momentum of the outer step (default 0: none)",
+        needs=LOCAL_SGD))
     fp16_allreduce: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--fp16-allreduce", help="compress gradients to fp16 for the all-reduce",
         needs=HOROVOD_COMPRESSION, elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
@@ -594,6 +605,12 @@ def validate(cfg: TrainConfig) -> None:
                                             or cfg.powersgd_start_step < 2):
         raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "
                          "(error feedback needs one uncompressed step)")
+    if cfg.local_sgd_outer_lr <= 0 or not 0 <= cfg.local_sgd_outer_momentum < 1:
+        raise UsageError("--local-sgd-outer-lr must be > 0 and --local-sgd-outer-momentum in "
+                         "[0, 1)")
+    if (cfg.local_sgd_outer_lr != 1 or cfg.local_sgd_outer_momentum) and not cfg.local_sgd_period:
+        raise UsageError("--local-sgd-outer-lr and --local-sgd-outer-momentum shape local SGD's "
+                         "averaging: give --local-sgd-period too")
     if cfg.local_sgd_period < 0 or cfg.local_sgd_warmup_steps < 0:
         raise UsageError("--local-sgd-period and --local-sgd-warmup-steps must be >= 0")
     if cfg.local_sgd_period and (cfg.opt_level in ("O2", "O3") or cfg.ddp_comm_hook != "none"):

@@ -18,16 +18,66 @@ class LocalSGD:
     PeriodicModelAverager and post-local SGD hook: optimizer steps 0 .. warmup_steps - 1
     all-reduce gradients as DDP does; from then on each rank steps on its own gradients, and
     the models are averaged after step s when (s - warmup_steps) is a multiple of `period`.
-    The step count is the engine's, kept in the checkpoint."""
+    The step count is the engine's, kept in the checkpoint.
 
-    def __init__(self, period: int, warmup_steps: int):
+    Each average moves the weights from the anchor (the weights all ranks held when their local
+    steps began) by the ranks' mean change: plainly (outer lr 1, no momentum), or by an outer
+    SGD step with Nesterov momentum on the negated mean change, DiLoCo's outer optimizer
+    (A. Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models",
+    2023), whose state is kept in the checkpoint too."""
+
+    def __init__(self, period: int, warmup_steps: int, outer_lr: float = 1.0,
+                 outer_momentum: float = 0.0):
         self.period, self.warmup_steps = period, warmup_steps
+        self.outer_lr, self.outer_momentum = outer_lr, outer_momentum
         self.step = 0  # optimizer steps taken
         self.in_sync = True  # every rank holds the same weights (DDP keeps them so)
-        # The weights all ranks held when their local steps began: averaging their changes
-        # since then (instead of the weights themselves) rounds at the scale of the updates,
-        # as DDP's gradient average does.
+        # Averaging the changes since the anchor (instead of the weights themselves) rounds at
+        # the scale of the updates, as DDP's gradient average does.
         self.anchor: Optional[List[torch.Tensor]] = None
+        self.outer: Optional[torch.optim.SGD] = None  # over the anchor, when there is one
+        self.outer_state: Optional[dict] = None  # from a checkpoint, until `outer` exists
+
+    @property
+    def plain(self) -> bool:
+        return self.outer_lr == 1 and self.outer_momentum == 0
+
+    def begin(self, params: List[torch.Tensor]) -> None:
+        """The local steps begin from these weights (the same on every rank)."""
+        if self.anchor is None:
+            self.anchor = [p.detach().clone() for p in params]
+        if not self.plain and self.outer is None:
+            # The anchor stays (the outer optimizer's momentum is keyed by its tensors).
+            self.outer = torch.optim.SGD(self.anchor, lr=self.outer_lr,
+                                         momentum=self.outer_momentum,
+                                         nesterov=self.outer_momentum > 0)
+            if self.outer_state is not None:
+                self.outer.load_state_dict(self.outer_state)
+
+    def apply(self, params: List[torch.Tensor], mean_changes: List[torch.Tensor]) -> None:
+        """Every rank's weights become the anchor moved by the ranks' mean change."""
+        if self.outer is None:
+            for p, a, change in zip(params, self.anchor, mean_changes):
+                p.detach().copy_(a + change)
+            self.anchor = None  # the next local steps start from the weights of then
+        else:
+            for a, change in zip(self.anchor, mean_changes):
+                a.grad = change.neg()  # the outer gradient: the way back to the anchor
+            self.outer.step()
+            for p, a in zip(params, self.anchor):
+                p.detach().copy_(a)
+        self.in_sync = True
+
+    def state_dict(self) -> dict:
+        state = {"local_sgd_step": self.step}  # torch's optimizers ignore both keys
+        outer = self.outer.state_dict() if self.outer is not None else self.outer_state
+        if outer is not None:
+            state["local_sgd_outer"] = outer
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state.get("local_sgd_step", 0)
+        self.outer_state = state.get("local_sgd_outer")
 
     @property
     def local(self) -> bool:
@@ -50,13 +100,15 @@ class DDPStrategy(ProcessGroupStrategy):
 
     def __init__(self, precision: Optional[Precision] = None, *, comm_hook: str = "none",
                  powersgd_rank: int = 1, powersgd_start_step: int = 10,
-                 local_sgd_period: int = 0, local_sgd_warmup_steps: int = 0, **common):
+                 local_sgd_period: int = 0, local_sgd_warmup_steps: int = 0,
+                 local_sgd_outer_lr: float = 1.0, local_sgd_outer_momentum: float = 0.0,
+                 **common):
         super().__init__(precision, **common)
         self.comm_hook = comm_hook
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.powersgd: Optional[LossScaledPowerSGD] = None  # --ddp-comm-hook powersgd's state
-        self.local_sgd = (LocalSGD(local_sgd_period, local_sgd_warmup_steps)
-                          if local_sgd_period else None)
+        self.local_sgd = (LocalSGD(local_sgd_period, local_sgd_warmup_steps, local_sgd_outer_lr,
+                                   local_sgd_outer_momentum) if local_sgd_period else None)
 
     @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
@@ -65,7 +117,9 @@ class DDPStrategy(ProcessGroupStrategy):
                     powersgd_rank=cfg.powersgd_rank,
                     powersgd_start_step=cfg.powersgd_start_step,
                     local_sgd_period=cfg.local_sgd_period,
-                    local_sgd_warmup_steps=cfg.local_sgd_warmup_steps)
+                    local_sgd_warmup_steps=cfg.local_sgd_warmup_steps,
+                    local_sgd_outer_lr=cfg.local_sgd_outer_lr,
+                    local_sgd_outer_momentum=cfg.local_sgd_outer_momentum)
 
     def setup_module(self, model: nn.Module) -> nn.Module:
         if self.local_sgd and self.precision.scaling:
@@ -133,8 +187,8 @@ class DDPStrategy(ProcessGroupStrategy):
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         local = self.local_sgd
-        if local and local.local and local.anchor is None:
-            local.anchor = [p.detach().clone() for p in self._trained_parameters()]
+        if local and local.local and local.in_sync:
+            local.begin(self._trained_parameters())
         super().optimizer_step(optimizer)
         if local and local.stepped():
             self._average_models()
@@ -156,13 +210,11 @@ class DDPStrategy(ProcessGroupStrategy):
         return [p for p in self.module.parameters() if p.requires_grad]
 
     def _average_models(self) -> None:
-        """Every rank's weights become the anchor plus the ranks' mean change since it."""
+        """Every rank's weights become the anchor moved by the ranks' mean change since it."""
         local, params = self.local_sgd, self._trained_parameters()
         changes = [p.detach() - a for p, a in zip(params, local.anchor)]
         self._average(changes)
-        for p, a, change in zip(params, local.anchor, changes):
-            p.detach().copy_(a + change)
-        local.anchor, local.in_sync = None, True
+        local.apply(params, changes)
 
     def _average_local_models(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         """Local SGD between two averaging points: each rank holds a model of its own. What is
@@ -186,17 +238,19 @@ class DDPStrategy(ProcessGroupStrategy):
             self._average_local_models(optimizer)  # local steps were taken: states differ
         state = super().optimizer_state_dict(optimizer)
         if self.local_sgd:
-            state["local_sgd_step"] = self.local_sgd.step  # torch's optimizers ignore it
+            state.update(self.local_sgd.state_dict())
         return state
 
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         if self.local_sgd:
-            self.local_sgd.step = state.get("local_sgd_step", 0)
+            self.local_sgd.load_state_dict(state)
         super().load_optimizer_state_dict(optimizer, state)
 
     def describe(self) -> dict:
         described = {**super().describe(), "comm_hook": self.comm_hook}
         if self.local_sgd:
             described["local_sgd"] = {"period": self.local_sgd.period,
-                                      "warmup_steps": self.local_sgd.warmup_steps}
+                                      "warmup_steps": self.local_sgd.warmup_steps,
+                                      "outer_lr": self.local_sgd.outer_lr,
+                                      "outer_momentum": self.local_sgd.outer_momentum}
         return described

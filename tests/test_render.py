@@ -1,0 +1,41 @@
+"""bench.render: RESULTS.md's blocks from Markdown templates (prose) and the tools' numbers."""
+from __future__ import annotations
+
+import jinja2
+import pytest
+
+from bench import render
+
+
+def test_wrapped_paragraphs_and_list_items_come_out_on_one_line_and_tables_as_they_are():
+    text = "\n".join([
+        "A paragraph wrapped", "  over three", "lines.", "",
+        "| a | b |", "|---|---:|", "| 1 | 2 |", "",
+        "* an item", "  continued", "* another", "",
+        "![figure](figures/x.png)", "<!-- kept -->", "## heading", "next paragraph"])
+    assert render.unwrap(text).split("\n") == [
+        "A paragraph wrapped over three lines.", "",
+        "| a | b |", "|---|---:|", "| 1 | 2 |", "",
+        "* an item continued", "* another", "",
+        "![figure](figures/x.png)", "<!-- kept -->", "## heading", "next paragraph"]
+
+
+def test_a_template_missing_a_number_fails_instead_of_leaving_a_blank(tmp_path, monkeypatch):
+    (tmp_path / "t.md").write_text("top-1 {{ top1 | f('.1f') }} %, {{ values | spread('.0f') }}\n")
+    monkeypatch.setattr(render._ENV, "loader", jinja2.FileSystemLoader(tmp_path))
+    assert render.render("t", top1=75.25, values=[3, 1, 2]) == "top-1 75.2 %, 2 (1-3)\n"
+    with pytest.raises(jinja2.UndefinedError):
+        render.render("t", values=[1])
+
+
+def test_every_template_is_used_by_a_tool():
+    """A template nobody renders is prose that no longer reaches RESULTS.md."""
+    import subprocess
+
+    names = sorted(p.stem for p in render.TEMPLATES.glob("*.md"))
+    assert names
+    sources = subprocess.run(["git", "grep", "-h", "render(", "--", "bench/*.py"],
+                             cwd=render.TEMPLATES.parent.parent, capture_output=True,
+                             text=True).stdout
+    for name in names:
+        assert f'render("{name}"' in sources or f"render('{name}'" in sources, name
