@@ -173,13 +173,15 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]],
 
 
 def spread(values: Sequence[float], fmt: str) -> str:
-    """The median with the lowest and highest value in brackets ("-" for none)."""
+    """The median with the lowest and highest value in brackets ("-" for none; one value
+    alone where they all print the same). Signed formats say "to" (-3.5 to +1.0), which a
+    dash between two signed numbers would garble."""
     if not values:
         return "-"
-    if len(values) == 1:
-        return format(values[0], fmt)
-    return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-"
-            f"{format(max(values), fmt)})")
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    if low == high:
+        return low
+    return f"{format(statistics.median(values), fmt)} ({low}{' to ' if '+' in fmt else '-'}{high})"
 
 
 def marker(name: str, end: bool = False) -> str:

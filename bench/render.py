@@ -2,7 +2,7 @@
 (named after the block), filled with the numbers its tool reads from the kept records. A wording
 fix is an edit of the template; what a number is and where it comes from stays in the tool.
 
-In a template: `{{ x | f(".1f") }}` formats a number, `{{ values | spread(".1f") }}` gives the
+In a template: `{{ x | f(".1f") }}` formats a number (`f(".1f", "-")`: "-" for None), `{{ values | spread(".1f") }}` gives the
 median with the lowest and highest value, `{{ table(header, rows, right_from) }}` a Markdown
 table. A paragraph or list item may be wrapped freely: the output joins its lines, as Markdown
 reads them, so that a block's text is one line per paragraph whatever the template's wrapping."""
@@ -22,9 +22,12 @@ _ENV = jinja2.Environment(
     keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
 
 
-def _format(value, spec: str) -> str:
+def _format(value, spec: str, none: str = None) -> str:
+    """`format(value, spec)`; `none`: the text for a None (without it, None is an error)."""
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()  # a missing number is an error, not a blank
+    if value is None and none is not None:
+        return none
     return format(value, spec)
 
 

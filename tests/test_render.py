@@ -28,6 +28,14 @@ def test_a_template_missing_a_number_fails_instead_of_leaving_a_blank(tmp_path, 
         render.render("t", values=[1])
 
 
+def test_a_spread_is_the_median_and_its_range_and_signed_ranges_say_to():
+    from bench.common import spread
+
+    assert spread([], ".1f") == "-" and spread([2.0, 2.01], ".1f") == "2.0"
+    assert spread([3.0, 1.0, 2.0], ".1f") == "2.0 (1.0-3.0)"
+    assert spread([-48.0, -46.5, -40.5], "+.1f") == "-46.5 (-48.0 to -40.5)"
+
+
 def test_every_template_is_used_by_a_tool():
     """A template nobody renders is prose that no longer reaches RESULTS.md."""
     import subprocess
