@@ -67,9 +67,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from bench.common import (REPO, emulated_bf16, git_commit, machine, markdown_table, shown_command,
+from bench.common import (REPO, emulated_bf16, git_commit, machine, shown_command, spread,
                           shown_commit, write_block)
 from bench.jobs import dataset_command, make_dataset
+from bench.render import render
 
 RESULTS_HEADING = "## End to end vs pytorch/examples and timm (`bench/e2e.py`)"
 PEER = "pytorch/examples"
@@ -251,15 +252,6 @@ def measure(commands: Dict[str, List[str]], data: Path, repeats: int, scratch: P
 
 
 # --- report --------------------------------------------------------------------------------------
-def _spread(values: List[float], fmt: str = "{:.1f}") -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return fmt.format(values[0])
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-" \
-           f"{fmt.format(max(values))})"
-
-
 def steady_img_s(run: dict, train_images: int) -> Optional[float]:
     """Training images per second over epochs 2 and later; None for a 1-epoch run."""
     spans = run.get("epoch training") or []
@@ -295,36 +287,17 @@ def table(record: dict, source: str = "results/e2e/bench_e2e.json") -> str:
     for name, runs in by_name.items():
         col = lambda key: [r[key] for r in runs]  # noqa: E731
         rates = [rate for rate in (steady_img_s(r, train_images) for r in runs) if rate]
-        rows.append([name, _spread(col("wall")), _spread(rates),
-                     *[_spread(col(p)) for p in PHASES], _spread(col("data wait")),
+        rows.append([name, spread(col("wall"), ".1f"), spread(rates, ".1f"),
+                     *[spread(col(p), ".1f") for p in PHASES], spread(col("data wait"), ".1f"),
                      f"{statistics.median(col('steps')):.0f}"])
     wall, steady = ratios(record), ratios(record, steady=True)
-    steady_epochs = "epoch 2" if cfg["epochs"] == 2 else f"epochs 2-{cfg['epochs']}"
-    pairs = [pair for pair in COMPARISONS if pair in wall]
-    peers = [f"{name}'s script: sha256 {sha[:12]}" for name, sha in record["sha256"].items()]
-    return "\n".join([
-        f"`{record['command']}` on {record['hardware']}, commit "
-        f"{shown_commit(record['commit'])}: {cfg['arch']}, batch {cfg['batch_size']}, "
-        f"{cfg['workers']} loader workers, {cfg['epochs']} epoch(s) of {train_images} training and "
-        f"{record['images']['val']} validation JPEGs ({record['data_description']}), "
-        f"{cfg['repeats']} repeats taking turns; {'; '.join(peers)}. Seconds, and the steady "
-        f"state's training img/s ({steady_epochs}); median (lowest-highest repeat) "
-        f"(record: `{source}`):",
-        "",
-        markdown_table(["contender", "wall s", "steady img/s", *PHASES, "data wait", "steps"],
-                       rows),
-        "",
-        "How much faster ours is, repeat by repeat (the other's time over ours; above 1: ours "
-        "is faster):",
-        "",
-        markdown_table(["ours", "vs", "end to end", "steady state"],
-                       [[ours, theirs, f"**{_spread(wall[(ours, theirs)], '{:.2f}')}x**",
-                         f"**{_spread(steady[(ours, theirs)], '{:.2f}')}x**"
-                         if (ours, theirs) in steady else "-"] for ours, theirs in pairs]),
-        "",
-        *[f"* {name}: `{command}`" for name, command in record["commands"].items()],
-        f"* fast settings' autocast: {record['fast_amp']}",
-    ]) + "\n"
+    comparisons = [[ours, theirs, f"**{spread(wall[(ours, theirs)], '.2f')}x**",
+                    f"**{spread(steady[(ours, theirs)], '.2f')}x**"
+                    if (ours, theirs) in steady else "-"]
+                   for ours, theirs in COMPARISONS if (ours, theirs) in wall]
+    return render("e2e", record=record, cfg=cfg, commit=shown_commit(record["commit"]),
+                  train_images=train_images, source=source, rows=rows, phases=PHASES,
+                  comparisons=comparisons)
 
 
 def block(folder: Path, figures: Path) -> str:

@@ -66,7 +66,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from bench.common import REPO, markdown_table, shown_command, shown_commit
+from bench.common import REPO, shown_command, shown_commit
+from bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85}
@@ -716,22 +717,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 # --- RESULTS.md ---------------------------------------------------------------------------------
-NO_RECORD = """\
-**No GPU record exists yet.** `python -m bench.gpu` has not been run on a machine with a GPU,
-so this section holds no measurement: nothing on this page shows that the GPU paths (CUDA, NCCL,
-DALI GPU, torch.compile on a GPU) run, or how fast.
-
-What it will show once records are kept in `results/gpu/`: ResNet-50 at 224 px, batch 256,
-channels_last, synthetic data, the engine's step against a hand-written PyTorch loop (O1 and O2,
-float16 and bfloat16, eager and torch.compile), `train/nd.py` and `train/ddp.py` under torchrun
-with one NCCL process, the pytorch loader and DALI GPU on generated JPEGs, with each
-configuration's peak memory; against the targets engine O1 float16 >= 3,000 img/s on one H100,
-engine / bare >= 0.97, O2 >= O1 and DALI GPU within 15 % of synthetic data. To measure:
-`launch/env.sh python -m bench.gpu --group G --json results/gpu/G.json` for G in `loop`,
-`compile` and `scripts` (each under 10 minutes on one H100), then
-`launch/env.sh python -m bench.regenerate`."""
-
-
 def records(folder: Path) -> List[tuple]:
     """(file name, record) of the bench.gpu records in `folder`, oldest first."""
     found = []
@@ -748,27 +733,20 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
     exists."""
     kept = records(folder)
     if not kept:
-        return NO_RECORD + "\n"
+        return render("gpu", records=None)
     latest: Dict[str, tuple] = {}
     for i, (_, record) in enumerate(kept, 1):
         for row in record["rows"]:
             latest[row["name"]] = (i, row)
     order = {name: n for n, name in enumerate(ROW_ORDER)}
     shown = sorted(latest.values(), key=lambda item: order.get(item[1]["name"], len(order)))
-    used = sorted({i for i, _ in shown})
-    lines = ["Measured by `python -m bench.gpu` (records: `results/gpu/`):", ""]
-    for i in used:
+    used = []  # the records some row comes from: (number, file name, record, versions)
+    for i in sorted({i for i, _ in shown}):
         name, record = kept[i - 1]
         env = record["environment"]
-        versions = ", ".join(f"{k} {env[k]}" for k in ("torch", "cuda", "cudnn", "nccl",
-                                                       "nvidia-dali") if env.get(k))
-        machine = (f"{env['gpu']} (driver {env['driver']})" if env.get("gpu")
-                   else "no GPU (a CPU check of the tool)")
-        ended = "" if record["complete"] else " It was stopped before its end."
-        lines.append(f"* [{i}] `launch/env.sh {record['command']}` on {machine}, {env['cpu']} "
-                     f"({env['cpu_cores']} cores), {versions}; commit {shown_commit(record['commit'])}, "
-                     f"{record['date']}, {record['seconds'] / 60:.1f} min "
-                     f"(`results/gpu/{name}`).{ended}")
+        used.append((i, name, record, ", ".join(
+            f"{k} {env[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "nvidia-dali")
+            if env.get(k))))
     table = []
     for i, row in shown:
         name = f"{row['name']} [{i}]"  # [i]: the record it comes from, listed above
@@ -784,18 +762,10 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
                   else "")
         table.append([name, row["config"], targets or "-", f"{row['img_s']:,.1f}", ratio,
                       _memory(row["peak_bytes"]), spread])
-    misses = sum(t["met"] is False for _, r in shown for t in r["targets"])
-    met = sum(t["met"] is True for _, r in shown for t in r["targets"])
-    lines += ["", markdown_table(["row [record]", "configuration", "target", "img/s", "ratio",
-                                  "peak memory", "spread, img/s"], table, right_from=3),
-              "", f"Targets: {met} met, {misses} missed. img/s: pairs (engine / bare), the "
-              "median of alternating rounds on the same batches already on the device; "
-              "`nd-synthetic` and `ddp-1rank`, the median of the entry script's logged "
-              "intervals after the warm-up; the loaders, images over seconds across 10 "
-              "intervals of (workers x prefetch_factor) batches after the warm-up. Spread: the "
-              "slowest and fastest round or interval. Peak memory: "
-              "`torch.cuda.max_memory_allocated` (a pair's sides each as if run alone)."]
-    return "\n".join(lines) + "\n"
+    return render("gpu", records=used, rows=table,
+                  met=sum(t["met"] is True for _, r in shown for t in r["targets"]),
+                  missed=sum(t["met"] is False for _, r in shown for t in r["targets"]),
+                  shown_commit=shown_commit)
 
 
 if __name__ == "__main__":

@@ -125,18 +125,18 @@ def sweep_block(sweep_dir: Path) -> str:
                          _fmt(max((v.top1 for v in val), default=None)),
                          _fmt(train[-1].top1 if train else None),
                          _fmt(last.seconds if last else None, ".0f"), _other(meta, r.name)])
-    return render(
-        "sweep", logs=repo_relative(sweep_dir), runs=len(runs), when=_when(first.run),
-        commit=_commit(runs), hardware=sweep_stats.describe_hardware(runs),
-        threads=first.run["hardware"].get("torch_threads"), note=load_note(meta, "sweep.json"),
-        cfg=cfg, synthetic=bool(cfg.get("dummy") or cfg.get("data_backend") == "synthetic"),
-        steps=steps, slow=slow[0] if slow else None, top=top, efficiency=efficiency,
-        ddp=next((r for r in head if r["entry"] == "ddp" and not r["variant"]
-                  and r["efficiency"] is not None), None),
-        throughput=throughput, learning=learning,
-        curves=curves[0].run["config"] if curves else None,
-        curves_data=repo_relative(Path(curves[0].run["config"]["data"] or ".")) if curves
-        else None)
+    return render("sweep", logs=repo_relative(sweep_dir), runs=len(runs), when=_when(first.run),
+                  commit=_commit(runs), hardware=sweep_stats.describe_hardware(runs),
+                  threads=first.run["hardware"].get("torch_threads"),
+                  note=load_note(meta, "sweep.json"), cfg=cfg,
+                  synthetic=bool(cfg.get("dummy") or cfg.get("data_backend") == "synthetic"),
+                  steps=steps, slow=slow[0] if slow else None, top=top, efficiency=efficiency,
+                  ddp=next((r for r in head if r["entry"] == "ddp" and not r["variant"]
+                            and r["efficiency"] is not None), None),
+                  throughput=throughput, learning=learning,
+                  curves=curves[0].run["config"] if curves else None,
+                  curves_data=(repo_relative(Path(curves[0].run["config"]["data"] or "."))
+                               if curves else None))
 
 
 # --- the parameter-server benchmark ---------------------------------------------------------------
@@ -174,16 +174,16 @@ def bench_ps_block(bench_dir: Path, target: Optional[float]) -> str:
                 speedups.append((o["label"], b["label"],
                                  b["time_to_target"] / o["time_to_target"]))
     esync = next((c.run["config"] for c in contenders if c.key == "esync"), None)
-    return render(
-        "bench_ps", logs=repo_relative(bench_dir), when=_when(first.run),
-        commit=_commit(contenders), hardware=ps_stats.hardware(contenders), run=first.run,
-        cfg=first.run["config"], data=repo_relative(Path(first.run["config"]["data"] or ".")),
-        note=load_note(meta, "bench_ps.json"), workers=first.workers,
-        slowdowns=first.slowdowns, target=target, auto=auto,
-        missed=[r["label"] for r in rows if r["time_to_target"] is None], esync=esync,
-        rows=table, speedups=speedups,
-        local_steps=(by_key.get("esync") or {}).get("local_steps"),
-        staleness=(by_key.get("async") or {}).get("staleness"))
+    return render("bench_ps", logs=repo_relative(bench_dir), when=_when(first.run),
+                  commit=_commit(contenders), hardware=ps_stats.hardware(contenders),
+                  run=first.run, cfg=first.run["config"],
+                  data=repo_relative(Path(first.run["config"]["data"] or ".")),
+                  note=load_note(meta, "bench_ps.json"), workers=first.workers,
+                  slowdowns=first.slowdowns, target=target, auto=auto,
+                  missed=[r["label"] for r in rows if r["time_to_target"] is None],
+                  esync=esync, rows=table, speedups=speedups,
+                  local_steps=(by_key.get("esync") or {}).get("local_steps"),
+                  staleness=(by_key.get("async") or {}).get("staleness"))
 
 
 # --- the parameter server's server count ---------------------------------------------------------

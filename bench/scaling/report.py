@@ -5,6 +5,7 @@ from dataclasses import replace
 from typing import Dict, Iterable, List, Optional
 
 from bench.scaling.cases import PRESETS, SOURCES, Row
+from bench.render import render
 from bench.scaling.model import GB, MIB, US, Link, Workload, params, predict
 
 RESULTS_BLOCK, RESULTS_HEADING = "scaling_model", "## Scaling model"
@@ -77,49 +78,15 @@ def results_block(rows: List[Row], cpu_rows: Optional[List[dict]], loop: Link,
     for r in rows:
         if r.case.note:
             notes.setdefault(r.case.note, []).append(r.case.name)
-    parts = [
-        f"{origin} Published numbers are quoted from the sources listed under the table; no model input is fitted to a "
-        "multi-device result (HAL published no 1-GPU run, so its 2-GPU run is the anchor).",
-        "",
-        "**Model** (`bench/scaling/model.py`; its comments give the reason for every term). "
-        "Step time on N devices = single-device step T1 (from the 1-device number of the same "
-        "published table; backward = 2/3 of it) + the part of the gradient communication that "
-        "backward cannot hide. Communication is the alpha-beta cost of one collective per "
-        "bucket (DDP 25 MiB, apex 20 MB, Horovod 64 MiB, TF PS one message per tensor): flat "
-        "ring `2(p-1)/p*S/B + 2(p-1)*alpha`, the slowest hop (NVLink/PCIe inside a node, the "
-        "node's NICs between nodes) setting B; hierarchical (reduce-scatter inside the node, "
-        "all-reduce across nodes on all NICs or through one leader, all-gather); or a "
-        "parameter server sharded over k servers (push, then pull, through the busiest NIC). "
-        "All-reduce buckets run while backward runs: exposed = max(T_comm/n_buckets, "
-        "T_comm - overlap*T_bwd*(1-1/n_buckets)); a synchronous PS can hide its push but never "
-        "its pull. Gradient bytes = torchvision parameter count x gradient dtype.",
-        "",
-        "**Hardware presets** (bandwidth per direction; alphas are NCCL's own per-step "
-        "constants, NVIDIA/nccl `src/graph/tuning.cc`: NVLink 3.4, PCIe 5.7, network 9.6 us):",
-        "",
-        presets_markdown(used + ["cpu-loopback"]),
-        "",
-        f"**Predicted vs published**: {len(ok)} of {len(scored)} within +-15 % ('anchor': the "
-        "point the single-device speed came from; **out**: outside +-15 %).",
-        "",
-        validation_markdown(rows),
-        "",
-        "Sources:",
-        "",
-    ]
-    parts += [f"* {group}: {SOURCES[group]}." for group in dict.fromkeys(r.case.group
-                                                                         for r in rows)]
-    parts += ["", "What the rows outside +-15 % say:", ""]
-    parts += [f"* {'; '.join(names)}: {note}." for note, names in notes.items()]
-    parts += ["", f"**This machine** ({host}, 2 processes x 1 thread, gloo over "
-              f"loopback; {loop_note}: B = {loop.bandwidth / GB:.2f} GB/s, alpha = "
-              f"{loop.latency / US:.0f} us; overlap 0: both cores compute, none is free to "
-              "hide the all-reduce). img/s are medians over each run's logged intervals, the "
-              "first (warm-up) dropped. The 1-process baseline is a `train/nd.py` run with the "
-              "same config and threads, made alone or beside an identical twin (two cores "
-              "share memory bandwidth and caches, unlike two GPUs):", "",
-              cpu_markdown(cpu_rows) if cpu_rows is not None else "(no --runs given)"]
-    return "\n".join(parts)
+    return render("scaling_model", origin=origin,
+                  presets=presets_markdown(used + ["cpu-loopback"]),
+                  ok=len(ok), scored=len(scored), validation=validation_markdown(rows),
+                  sources=[(group, SOURCES[group])
+                           for group in dict.fromkeys(r.case.group for r in rows)],
+                  notes=[("; ".join(names), note) for note, names in notes.items()],
+                  host=host, loop_note=loop_note, bandwidth=loop.bandwidth / GB,
+                  latency=loop.latency / US,
+                  cpu=cpu_markdown(cpu_rows) if cpu_rows is not None else None).rstrip("\n")
 
 
 def custom_prediction(args) -> str:
