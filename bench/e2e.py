@@ -68,11 +68,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from bench.common import (REPO, emulated_bf16, git_commit, machine, shown_command, spread,
-                          shown_commit, write_block)
+                          shown_commit)
 from bench.jobs import dataset_command, make_dataset
 from bench.render import render
 
-RESULTS_HEADING = "## End to end vs pytorch/examples and timm (`bench/e2e.py`)"
 PEER = "pytorch/examples"
 TIMM = "timm"
 PHASES = ("start-up and first step", "training", "validation", "end")
@@ -350,8 +349,6 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="*", help="run only these contenders (name prefixes)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/e2e/)")
-    parser.add_argument("--update-results", action="store_true",
-                        help="write the table into RESULTS.md")
     args = parser.parse_args(argv)
     if not args.peer.is_file():
         parser.error(f"--peer {args.peer}: no such file (fetch pytorch/examples' "
@@ -405,8 +402,6 @@ def main(argv=None) -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1) + "\n")
-    if args.update_results:
-        write_block(REPO / "RESULTS.md", "bench_e2e", text, RESULTS_HEADING)
 
 
 if __name__ == "__main__":

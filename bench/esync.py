@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import List
 
 from bench import ps_stats
-from bench.common import REPO, logged_hardware, read_meta, repo_relative, shown_commit, spread
+from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.render import render
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
@@ -220,7 +220,8 @@ def main(argv=None) -> int:
                         "at this size)")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
-    p.add_argument("--figures", type=Path, default=REPO / "figures")
+    p.add_argument("--figures", type=Path,
+                   help="where the figure goes (default: the runs' folder's figures/)")
     args = p.parse_args(argv)
     if args.quick:
         quick_defaults(args, argv, {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
         p.error(f"--slowdown {args.slowdown} needs one factor per worker ({args.workers})")
 
     def finish(folder: Path) -> int:
-        print(block(folder, args.figures))
+        print(block(folder, args.figures or folder / "figures"))
         return 0
 
     if args.report:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from bench import ps_stats
-from bench.common import REPO, logged_hardware, read_meta, repo_relative, shown_commit, spread
+from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.render import render
 from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
 
@@ -276,7 +276,8 @@ def main(argv=None) -> int:
                    help="ESync's margin in seconds (as bench.esync)")
     p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
     p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
-    p.add_argument("--figures", type=Path, default=REPO / "figures")
+    p.add_argument("--figures", type=Path,
+                   help="where the figure goes (default: the runs' folder's figures/)")
     args = p.parse_args(argv)
     args.workers = 3
     if args.quick:
@@ -287,7 +288,7 @@ def main(argv=None) -> int:
                                     "--local-sgd-warmup-steps": ("local_sgd_warmup_steps", 2)})
 
     def finish(folder: Path) -> int:
-        print(block(folder, args.figures, gap=args.target_gap))
+        print(block(folder, args.figures or folder / "figures", gap=args.target_gap))
         return 0
 
     if args.report:

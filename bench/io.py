@@ -1,7 +1,7 @@
 """Input-pipeline throughput, all loaders in one run over one ImageFolder on the same cores.
 
     launch/env.sh python -m bench.io                    # generated data, all cores
-    launch/env.sh python -m bench.io /data/imagenet --images 20000 --update-results
+    launch/env.sh python -m bench.io /data/imagenet --images 20000 --figure io.png
     launch/env.sh python -m bench.io --json results/io/bench_io.json   # keep it for RESULTS.md
 
 Every contender produces training batches with the same augmentation (RandomResizedCrop to
@@ -27,9 +27,8 @@ warm-up pass, the contenders taking turns; the figure is the median:
                         normalisation or hand-over to torch)
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
-Writes figures/io.png and a Markdown table; --json keeps the measurement's record (for
-results/io/, from which bench.regenerate rewrites RESULTS.md's block and the figure);
---update-results puts the table into RESULTS.md directly.
+Prints a Markdown table (--figure PATH: draws it too); --json keeps the measurement's record (for
+results/io/, from which bench.regenerate rewrites RESULTS.md's block and figures/io.png).
 This is a benchmark, not a test.
 """
 from __future__ import annotations
@@ -48,8 +47,8 @@ import torch
 import torchvision
 from torchvision import transforms
 
-from bench.common import (REPO, cpu_cores, exit_without_recipe, git_commit, machine,
-                          shown_command, shown_commit, write_block)
+from bench.common import (cpu_cores, exit_without_recipe, git_commit, machine, shown_command,
+                          shown_commit)
 from bench.jobs import dataset_command, make_dataset
 from bench.render import render
 
@@ -60,7 +59,6 @@ try:
 except ModuleNotFoundError as err:
     exit_without_recipe(err)
 
-RESULTS_HEADING = "## Input pipelines (`bench/io.py`)"
 
 
 # --- decode-only ceilings ------------------------------------------------------------------------
@@ -237,9 +235,7 @@ def main(argv=None) -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--only", nargs="*", help="run only these contenders (name prefixes)")
-    parser.add_argument("--figure", default=str(REPO / "figures/io.png"))
-    parser.add_argument("--update-results", action="store_true",
-                        help="write the table into RESULTS.md")
+    parser.add_argument("--figure", type=Path, help="draw the figure here too")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/io/)")
     args = parser.parse_args(argv)
@@ -290,12 +286,11 @@ def main(argv=None) -> None:
               "results": results}
     text = table(record)
     print("\n" + text)
-    plot(record, Path(args.figure))
+    if args.figure:
+        plot(record, args.figure)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1) + "\n")
-    if args.update_results:
-        write_block(REPO / "RESULTS.md", "bench_io", text, RESULTS_HEADING)
     if tmp:
         tmp.cleanup()
 

@@ -1,15 +1,12 @@
-"""RESULTS.md tables from run logs: the strategy sweep and the parameter-server benchmark.
+"""RESULTS.md's blocks of the strategy sweep, the parameter-server benchmark and its server
+count, from run logs; printed here, written into RESULTS.md by bench.regenerate (from results/).
 
     launch/env.sh python -m bench.results --sweep runs/sweep-20261122-140000
     launch/env.sh python -m bench.results --bench-ps runs/bench_ps-20261122-150000 \\
         --target 80          # default: auto
-    launch/env.sh python -m bench.results --sweep DIR --print     # print, change nothing
 
-Each block goes between its markers (`<!-- sweep:start -->` ... `<!-- sweep:end -->`,
-`<!-- bench_ps:start -->` ... `<!-- bench_ps:end -->`); when the markers are missing the block is
-appended under its own heading. Nothing outside the markers changes, and writing the same block
-twice leaves the file as it was. Every number comes from the runs' log.jsonl files (through
-bench.sweep_stats and bench.ps_stats); the hardware from the logs' run records.
+Every number comes from the runs' log.jsonl files (through bench.sweep_stats and
+bench.ps_stats); the hardware from the logs' run records; the prose from bench/templates/.
 """
 from __future__ import annotations
 
@@ -20,12 +17,9 @@ from pathlib import Path
 from typing import Optional
 
 from bench import ps_stats, sweep_stats
-from bench.common import (REPO, read_meta, repo_relative, shown_commit,
-                          write_block)
+from bench.common import read_meta, repo_relative, shown_commit
 from bench.render import render
 
-HEADINGS = {"sweep": "## Strategy sweep", "bench_ps": "## Parameter server vs DDP with a slow "
-                                                      "worker"}
 
 def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
     return none if value is None else format(value, spec)
@@ -236,15 +230,6 @@ def ps_servers_block(folder: Path) -> str:
                   cfg=ps[0].run["config"], rows=table, two_vs_one=two_vs_one)
 
 
-def update(results: Path, sweep: Optional[Path] = None, bench_ps: Optional[Path] = None,
-           target: Optional[float] = None) -> None:
-    if sweep is not None:
-        write_block(results, "sweep", sweep_block(sweep), HEADINGS["sweep"])
-    if bench_ps is not None:
-        write_block(results, "bench_ps", bench_ps_block(bench_ps, target), HEADINGS["bench_ps"])
-    print(f"updated {results}")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,18 +238,13 @@ def main(argv=None) -> int:
     parser.add_argument("--target", type=ps_stats.parse_target, default=None,
                         help="val top-1 %% for the PS time-to-target column, or auto "
                              "(default): the highest multiple of 5 %% every contender reached")
-    parser.add_argument("--results", type=Path, default=REPO / "RESULTS.md")
-    parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
     args = parser.parse_args(argv)
     if not (args.sweep or args.bench_ps):
         parser.error("give --sweep DIR and/or --bench-ps DIR")
-    if args.print:
-        if args.sweep:
-            print(sweep_block(args.sweep))
-        if args.bench_ps:
-            print(bench_ps_block(args.bench_ps, args.target))
-        return 0
-    update(args.results, args.sweep, args.bench_ps, args.target)
+    if args.sweep:
+        print(sweep_block(args.sweep))
+    if args.bench_ps:
+        print(bench_ps_block(args.bench_ps, args.target))
     return 0
 
 

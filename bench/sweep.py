@@ -32,8 +32,10 @@ Two stages:
               classes, 32 px): nd and every distributed strategy at the largest worker count,
               --curves-epochs epochs, validation every epoch. --no-curves skips them.
 
-Then bench.plot_scaling draws figures/scaling_*.png and bench.results writes the
-`<!-- sweep:start -->` block of RESULTS.md (--no-results: not). The strategies, their scripts and
+Then bench.plot_scaling draws the figures (scaling_*.png, in <out>/figures unless --figures) and
+the `sweep` block is printed; RESULTS.md changes only through `bench.regenerate --archive <out>
+sweep`, which keeps the logs in results/sweep/ and rewrites the block from them. The strategies,
+their scripts and
 launchers come from the engine's registry (train/recipe/registry.py).
 """
 from __future__ import annotations
@@ -46,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List
 
-from bench.common import REPO, emulated_bf16, registry
+from bench.common import emulated_bf16, registry
 from bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
 
 ENTRIES = registry().ENTRIES
@@ -184,10 +186,10 @@ def curves_data_dir(args, out: Path) -> Path:
 def plot_and_tables(sweep_dir: Path, args) -> int:
     from bench import plot_scaling, results  # matplotlib: only when there is something to draw
 
-    plot_scaling.draw(sweep_dir, Path(args.figures))
-    if args.results:
-        results.update(Path(args.results), sweep=sweep_dir)
+    plot_scaling.draw(sweep_dir, Path(args.figures) if args.figures else sweep_dir / "figures")
     print(results.sweep_block(sweep_dir))
+    print(f"To keep it: launch/env.sh python -m bench.regenerate --archive {sweep_dir} sweep "
+          "(RESULTS.md's block and figures are rewritten from results/ only)")
     return 0
 
 
@@ -237,10 +239,7 @@ def parse(argv=None):
     p.add_argument("--curves-lr", type=float, default=0.4)
     p.add_argument("--curves-print-freq", type=int, default=5)
     p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
-    p.add_argument("--figures", default=str(REPO / "figures"), help="where the PNGs go")
-    p.add_argument("--results", default=str(REPO / "RESULTS.md"),
-                   help="RESULTS.md to update between the sweep markers")
-    p.add_argument("--no-results", dest="results", action="store_const", const=None)
+    p.add_argument("--figures", help="where the PNGs go (default: <out>/figures)")
     args = p.parse_args(argv)
     if args.quick:
         quick_defaults(args, argv, {

@@ -2,7 +2,6 @@
 their figures and RESULTS.md blocks drawn from real (tiny) runs. Nothing here is timed."""
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 from typing import Optional
@@ -95,63 +94,47 @@ def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):
             assert ("--esync-epsilon" in argv) == (mode == "esync")
 
 
-@pytest.fixture(scope="module")
-def results_copy(tmp_path_factory):
-    path = tmp_path_factory.mktemp("results") / "RESULTS.md"
-    path.write_text((REPO / "RESULTS.md").read_text())
-    return path
+def _block(stdout: str, first_line: str) -> str:
+    """The block a tool printed, from its first line on."""
+    return stdout[stdout.index(first_line):]
 
 
-def _check_block(results, name: str, before: str) -> str:
-    after = results.read_text()
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    assert after.count(start) == 1 and after.count(end) == 1
-    outside = re.sub(re.escape(start) + ".*?" + re.escape(end), "", after, flags=re.S)
-    assert re.sub(re.escape(start) + ".*?" + re.escape(end), "", before, flags=re.S).strip() \
-        in outside  # nothing outside the markers changed
-    return after[after.index(start):after.index(end)]
-
-
-def test_quick_sweep_draws_and_writes_results(tmp_path, results_copy):
-    before = results_copy.read_text()
+def test_quick_sweep_draws_and_prints_its_block_and_leaves_results_md_alone(tmp_path):
+    before = (REPO / "RESULTS.md").read_bytes()
     figures = tmp_path / "fig"
     out = _run("sweep", "--quick", "--only", "^ddp-w", "--out", tmp_path / "sweep",
-               "--figures", figures, "--results", results_copy).stdout
+               "--figures", figures).stdout
     assert "[2/2] ddp-w2-O0" in out
     for name in ("throughput", "efficiency", "epoch_time", "comm_share", "curves",
                  "top1_vs_time"):
         assert (figures / f"scaling_{name}.png").stat().st_size > 10_000, name
-    block = _check_block(results_copy, "sweep", before)
+    block = _block(out, "Measured by `launch/env.sh python -m bench.sweep`")
     assert "**2-worker weak-scaling efficiency**" in block
     row = next(line for line in block.splitlines() if line.startswith("| DDP O0 float32 |"))
     efficiency = float(row.split("|")[4].strip(" *"))
     assert 0.2 < efficiency < 1.5  # measured, so loose: a shared 2-core box is noisy
+    assert f"bench.regenerate --archive {tmp_path / 'sweep'} sweep" in out
     # replotting from the logs alone gives the same block: idempotent
-    text = results_copy.read_text()
-    _run("sweep", "--plot-only", tmp_path / "sweep", "--figures", figures,
-         "--results", results_copy)
-    assert results_copy.read_text() == text
+    again = _run("sweep", "--plot-only", tmp_path / "sweep", "--figures", figures).stdout
+    assert _block(again, "Measured by") == block
+    assert (REPO / "RESULTS.md").read_bytes() == before  # tools write records only
 
 
-def test_quick_bench_ps_draws_and_writes_results(tmp_path, results_copy):
-    before = results_copy.read_text()
-    figures = tmp_path / "fig"
-    _run("ps", "--quick", "--only", "esync", "--out", tmp_path / "ps",
-         "--figures", figures, "--results", results_copy)
+def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
+    out = _run("ps", "--quick", "--only", "esync", "--out", tmp_path / "ps").stdout
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
-        assert (figures / f"ps_{name}.png").stat().st_size > 10_000, name
-    block = _check_block(results_copy, "bench_ps", before)
+        # the figures go beside the runs unless --figures says otherwise
+        assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
+    block = _block(out, "Measured by `launch/env.sh python -m bench.ps`")
     row = next(line for line in block.splitlines() if line.startswith("| PS esync |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert len(cells[7].split(" / ")) == 1 and float(cells[8]) > 0  # MB/s, MB per sample
     assert len(cells[9].split(" / ")) == 3  # comm ratio of each of the 3 workers
     assert "ESync local steps per round" in block and "could be verified" in block
-    text = results_copy.read_text()
-    _run("results", "--bench-ps", tmp_path / "ps", "--results", results_copy)
-    assert results_copy.read_text() == text  # the same logs give the same block
-    _run("results", "--bench-ps", tmp_path / "ps", "--results", results_copy,
-         "--target", "99.9")
-    assert "s to 99.9 %" in results_copy.read_text()
+    printed = _run("results", "--bench-ps", tmp_path / "ps").stdout
+    assert printed.strip() == block.split("\nTo keep it:")[0].strip()  # same logs, same block
+    assert "s to 99.9 %" in _run("results", "--bench-ps", tmp_path / "ps", "--target",
+                                 "99.9").stdout
 
 
 def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(tmp_path):

@@ -6,7 +6,6 @@ against published multi-device results and against this machine's runs.
     launch/env.sh python -m bench.scaling --measure-loopback --runs runs/sweep-x
     launch/env.sh python -m bench.scaling --predict --preset dgx-a100 --arch resnet50 \\
         --grad-dtype fp32 --img-s 2470 --batch 256 --devices 8 16 64 --algo ring hier ps
-    launch/env.sh python -m bench.scaling --runs runs/bench-cpu --update-results
 
 The model (bench/scaling/model.py) in one paragraph. A device computes one step of `batch`
 images in T1 (a published or measured single-device throughput). Gradients of S bytes are then
@@ -14,7 +13,8 @@ averaged across N devices; that collective costs T_comm from the alpha-beta mode
 ring all-reduce, a hierarchical all-reduce or a sharded parameter server, and the part of it
 that backward cannot hide is added to the step. Hardware presets and the published cases are in
 cases.py (each with its source), this machine's runs and loopback link in measured.py, the
-tables and the RESULTS.md block in report.py.
+tables and the RESULTS.md block in report.py (bench.regenerate writes that block, from the sweep
+kept in results/sweep/).
 """
 from __future__ import annotations
 
@@ -25,12 +25,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.common import REPO, git_commit, machine, write_block
 from bench.scaling.cases import PRESETS, validate
 from bench.scaling.measured import collect_runs, cpu_comparison, measure_loopback
 from bench.scaling.model import ALGOS, DTYPE_BYTES, GB, PARAMS, US, Link, check_params
-from bench.scaling.report import RESULTS_BLOCK, RESULTS_HEADING, cpu_markdown, \
-    custom_prediction, presets_markdown, results_block, validation_markdown
+from bench.scaling.report import cpu_markdown, custom_prediction, presets_markdown, \
+    validation_markdown
 
 
 def parse_args(argv=None):
@@ -43,9 +42,6 @@ def parse_args(argv=None):
                     help="measure gloo all-reduce bandwidth/latency between 2 local processes")
     ap.add_argument("--loopback-gbs", type=float, help="loopback bandwidth, GB/s")
     ap.add_argument("--loopback-us", type=float, help="loopback latency per step, us")
-    ap.add_argument("--update-results", action="store_true",
-                    help="rewrite the scaling_model block of RESULTS.md")
-    ap.add_argument("--results", type=Path, default=REPO / "RESULTS.md")
     ap.add_argument("--check-params", action="store_true",
                     help="recount the PARAMS table with torchvision")
     ap.add_argument("--json", type=Path, help="also write the tables as JSON here")
@@ -90,8 +86,6 @@ def parse_args(argv=None):
         if not d.is_dir():
             ap.error(f"--runs {d}: no such folder (give a folder that holds run dirs with "
                      "log.jsonl files)")
-    if args.update_results and not args.results.is_file():
-        ap.error(f"--results {args.results}: file not found")
     return args
 
 
@@ -139,14 +133,6 @@ def main(argv=None) -> int:
                             "error": r.error, "anchor": r.case.anchor} for r in rows],
             "cpu": cpu_rows, "loopback": {"bandwidth": loop.bandwidth, "latency": loop.latency},
         }, indent=1, default=str))
-    if args.update_results:
-        command = "launch/env.sh python -m bench.scaling " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:]))
-        block = results_block(rows, cpu_rows, loop, loop_note,
-                              f"Written by `{command.strip()}` at commit {git_commit()} on "
-                              f"{machine()}.", machine())
-        write_block(args.results, RESULTS_BLOCK, block, RESULTS_HEADING)
-        print(f"\nupdated the scaling_model block of {args.results}")
     return 0
 
 

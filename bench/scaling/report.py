@@ -8,8 +8,6 @@ from bench.scaling.cases import PRESETS, SOURCES, Row
 from bench.render import render
 from bench.scaling.model import GB, MIB, US, Link, Workload, params, predict
 
-RESULTS_BLOCK, RESULTS_HEADING = "scaling_model", "## Scaling model"
-
 
 def fmt_value(value: float, metric: str) -> str:
     return f"{value:.0%}" if metric == "efficiency" else f"{value:,.0f}"
