@@ -32,7 +32,7 @@ from typing import List
 from bench import ps_stats
 from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.render import render
-from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
+from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
 VARIANTS = ("sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized")
@@ -224,10 +224,7 @@ def main(argv=None) -> int:
                    help="where the figure goes (default: the runs' folder's figures/)")
     args = p.parse_args(argv)
     if args.quick:
-        quick_defaults(args, argv, {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
-                                    "--warmup-epochs": ("warmup_epochs", 0),
-                                    "--repeats": ("repeats", 1),
-                                    "--train-per-class": ("train_per_class", 12)})
+        quick_defaults(args, argv, STUDY_QUICK)
     if len(args.slowdown.split(",")) != args.workers:
         p.error(f"--slowdown {args.slowdown} needs one factor per worker ({args.workers})")
 
@@ -235,16 +232,7 @@ def main(argv=None) -> int:
         print(block(folder, args.figures or folder / "figures"))
         return 0
 
-    if args.report:
-        if not args.report.is_dir():
-            p.error(f"--report {args.report}: no such folder")
-        return finish(args.report)
-    out = args.out or stamped_out("esync")
-    data = out / "_data"
-    size = (24, 32) if args.quick else (40, 56)
-    dataset = dataset_command(data, 6 if args.quick else 10, args.train_per_class,
-                              6 if args.quick else 20, *size)
-    return run_batch(jobs(args, out, data), out, args, "esync.json", dataset, finish)
+    return run_study(p, args, "esync", "esync.json", jobs, finish)
 
 
 if __name__ == "__main__":

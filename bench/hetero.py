@@ -40,7 +40,7 @@ from typing import Dict, List, Tuple
 from bench import ps_stats
 from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.render import render
-from bench.jobs import dataset_command, launcher, quick_defaults, run_batch, stamped_out
+from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study
 
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
            "esync-normalized")
@@ -281,26 +281,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.workers = 3
     if args.quick:
-        quick_defaults(args, argv, {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
-                                    "--warmup-epochs": ("warmup_epochs", 0),
-                                    "--repeats": ("repeats", 1),
-                                    "--train-per-class": ("train_per_class", 12),
-                                    "--local-sgd-warmup-steps": ("local_sgd_warmup_steps", 2)})
+        quick_defaults(args, argv, {**STUDY_QUICK, "--local-sgd-warmup-steps":
+                                    ("local_sgd_warmup_steps", 2)})
 
     def finish(folder: Path) -> int:
         print(block(folder, args.figures or folder / "figures", gap=args.target_gap))
         return 0
 
-    if args.report:
-        if not args.report.is_dir():
-            p.error(f"--report {args.report}: no such folder")
-        return finish(args.report)
-    out = args.out or stamped_out("hetero")
-    data = out / "_data"
-    size = (24, 32) if args.quick else (40, 56)
-    dataset = dataset_command(data, 6 if args.quick else 10, args.train_per_class,
-                              6 if args.quick else 20, *size)
-    return run_batch(jobs(args, out, data), out, args, META, dataset, finish)
+    return run_study(p, args, "hetero", META, jobs, finish)
 
 
 if __name__ == "__main__":

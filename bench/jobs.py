@@ -191,6 +191,30 @@ def redraw(folder: Path, draw: Callable[[Path], int]) -> int:
     return draw(folder)
 
 
+# --quick for the studies on generated data (bench.esync, bench.hetero)
+STUDY_QUICK = {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
+               "--warmup-epochs": ("warmup_epochs", 0), "--repeats": ("repeats", 1),
+               "--train-per-class": ("train_per_class", 12)}
+
+
+def run_study(parser, args, prefix: str, meta_name: str,
+              list_jobs: Callable[..., Sequence[tuple]], finish: Callable[[Path], int]) -> int:
+    """The main of a study on generated data (bench.esync, bench.hetero): --report DIR only
+    redraws an earlier folder; otherwise the data set (10 classes of 40-56 px images; --quick:
+    6 classes, 24-32 px) and the runs go to --out (default runs/<prefix>-<stamp>), then
+    `finish` reads them."""
+    if args.report:
+        if not args.report.is_dir():
+            parser.error(f"--report {args.report}: no such folder")
+        return finish(args.report)
+    out = args.out or stamped_out(prefix)
+    data = out / "_data"
+    size = (24, 32) if args.quick else (40, 56)
+    dataset = dataset_command(data, 6 if args.quick else 10, args.train_per_class,
+                              6 if args.quick else 20, *size)
+    return run_batch(list_jobs(args, out, data), out, args, meta_name, dataset, finish)
+
+
 def run_batch(jobs: Sequence[tuple], out: Path, args, meta_name: str,
               dataset: Optional[List[str]], draw: Callable[[Path], int]) -> int:
     """What the sweep and the PS benchmark do once their runs are listed: print the commands
