@@ -142,7 +142,7 @@ def _within(values: List[float], others: List[float]) -> bool:
 def verdicts(rows: List[dict]) -> List[dict]:
     """Per profile and split: the fastest method to the target among those that reached it in
     every run (with how much slower the next one was), which methods' final top-1 ranges
-    overlap sync's, and which lie wholly below it."""
+    overlap sync's, and which lie wholly below or above it."""
     found = []
     for profile in PROFILES:
         for split in SPLITS:
@@ -163,7 +163,9 @@ def verdicts(rows: List[dict]) -> List[dict]:
                 "next_ratio": always[ranked[1]] / always[ranked[0]] if len(ranked) > 1 else None,
                 "level": [m for m, finals in others.items() if _within(finals, sync_finals)],
                 "below": [m for m, finals in others.items()
-                          if sync_finals and max(finals) < min(sync_finals)]})
+                          if sync_finals and max(finals) < min(sync_finals)],
+                "above": [m for m, finals in others.items()
+                          if sync_finals and min(finals) > max(sync_finals)]})
     return found
 
 

@@ -68,14 +68,16 @@ def test_verdicts_name_the_fastest_method_that_always_reached_the_target_and_the
     rows = [_row("sync", 0, 90, 50), _row("sync", 1, 92, 60),
             _row("ddp", 0, 91, 40), _row("ddp", 1, 93, 45),
             _row("async-plain", 0, 50, None), _row("async-plain", 1, 60, 20),
-            _row("esync-mean", 0, 89, 30), _row("esync-mean", 1, 95, 33)]
+            _row("esync-mean", 0, 89, 30), _row("esync-mean", 1, 95, 33),
+            _row("esync-normalized", 0, 93, 70), _row("esync-normalized", 1, 94, 80)]
     (found,) = hetero.verdicts(rows)
     # async-plain was faster once but missed the target once: not a winner
     assert (found["fastest"], found["fastest_s"]) == ("esync-mean", 31.5)
     assert found["next_ratio"] == 42.5 / 31.5  # ddp, the next one
     assert found["level"] == ["ddp", "esync-mean"] and found["below"] == ["async-plain"]
+    assert found["above"] == ["esync-normalized"]
     (none,) = hetero.verdicts([_row("sync", 0, 90, None)])
-    assert none["fastest"] is None and none["level"] == none["below"] == []
+    assert none["fastest"] is None and none["level"] == none["below"] == none["above"] == []
 
 
 def test_the_block_says_the_verdicts_in_words():
