@@ -193,7 +193,7 @@ def report(rows: List[dict], gap: float, logs: str = "results/hetero/", figure: 
     first = rows[0]["run"]
     return render("hetero", logs=logs, figure=figure, note=note, gap=gap,
                   cfg=first["config"], hardware=logged_hardware(first),
-                  commit=shown_commit(first.get("commit")),
+                  commit=" / ".join(sorted({shown_commit(r["run"].get("commit")) for r in rows})),
                   seeds=sorted({r["seed"] for r in rows}), rows=table, verdicts=verdicts(rows),
                   profiles=[(name, *PROFILES[name]) for name in PROFILES
                             if any(r["profile"] == name for r in rows)],
