@@ -44,13 +44,31 @@ def registry():
     return recipe_module("registry")
 
 
+# The parameter server's option that picks a mode's rule, and the rule its logs ran before the
+# option existed.
+PS_RULE_OPTIONS = {"async": ("async_rule", "plain"), "esync": ("esync_average", "mean")}
+
+
+def ps_rule(run: dict) -> Optional[str]:
+    """The rule a parameter-server run's mode ran with (async: plain or staleness; esync: mean or
+    normalized); None for sync and for other strategies."""
+    option = PS_RULE_OPTIONS.get(run.get("mode"))
+    if option is None:
+        return None
+    name, before_it_existed = option
+    return run["config"].get(name, before_it_existed)
+
+
 def strategy_label(run: dict) -> str:
     """How tables and figures name the strategy of a run record: the registry's label, followed
-    by the parameter server's mode ("PS sync")."""
+    by the parameter server's mode and its rule ("PS sync", "PS async (staleness)")."""
     entry = logged_entry(run)
     known = registry().ENTRIES.get(entry)
     label = known.label if known else str(entry)
-    return f"{label} {run['mode']}" if run.get("mode") else label
+    if not run.get("mode"):
+        return label
+    rule = ps_rule(run)
+    return f"{label} {run['mode']}" + (f" ({rule})" if rule else "")
 
 
 def entry_order(entry: str) -> int:

@@ -31,16 +31,12 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench.common import CurvePoint, Log, entry_order, exit_without_recipe, logged_entry, \
-    logged_hardware, read_log, run_dirs, strategy_label, val_points
+    logged_hardware, ps_rule, read_log, run_dirs, strategy_label, val_points
 
 try:
     from recipe.ps.config import MODES
 except ModuleNotFoundError as err:
     exit_without_recipe(err)
-
-
-# The option that picks each mode's rule, and the rule its logs ran before the option existed.
-RULE_OPTIONS = {"async": ("async_rule", "plain"), "esync": ("esync_average", "mean")}
 
 
 @dataclass
@@ -64,11 +60,8 @@ class Contender:
     def variant(self) -> str:
         """The mode with the rule it ran (async-plain, esync-normalized, ...); sync and DDP
         as `key`."""
-        option = RULE_OPTIONS.get(self.key) if self.is_ps else None
-        if option is None:
-            return self.key
-        name, before_it_existed = option
-        return f"{self.key}-{self.run['config'].get(name, before_it_existed)}"
+        rule = ps_rule(self.run) if self.is_ps else None
+        return f"{self.key}-{rule}" if rule else self.key
 
     @property
     def label(self) -> str:

@@ -126,7 +126,7 @@ def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
         # the figures go beside the runs unless --figures says otherwise
         assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
     block = _block(out, "Measured by `launch/env.sh python -m bench.ps`")
-    row = next(line for line in block.splitlines() if line.startswith("| PS esync |"))
+    row = next(line for line in block.splitlines() if line.startswith("| PS esync (mean) |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert len(cells[7].split(" / ")) == 1 and float(cells[8]) > 0  # MB/s, MB per sample
     assert len(cells[9].split(" / ")) == 3  # comm ratio of each of the 3 workers
