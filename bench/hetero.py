@@ -39,8 +39,9 @@ from typing import Dict, List, Tuple
 
 from bench import ps_stats
 from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
-from bench.render import render
+from bench.esync import variant_args
 from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study
+from bench.render import render
 
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
            "esync-normalized")
@@ -61,13 +62,7 @@ def method_args(method: str, args) -> List[str]:
                   str(args.outer_momentum)] if method == "diloco" else [])
         return ["--local-sgd-period", str(args.local_sgd_period), "--local-sgd-warmup-steps",
                 str(args.local_sgd_warmup_steps), *outer]
-    mode, _, rule = method.partition("-")
-    if mode == "async":
-        return ["--mode", mode, "--async-rule", rule]
-    if mode == "esync":
-        return ["--mode", mode, "--esync-average", rule, "--esync-epsilon",
-                str(args.esync_epsilon)]
-    return ["--mode", mode]
+    return variant_args(method, args)  # the parameter server's modes, as bench.esync runs them
 
 
 def jobs(args, out: Path, data: Path) -> List[tuple]:
