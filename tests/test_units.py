@@ -363,6 +363,35 @@ def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_fini
     assert reports == {}
 
 
+
+def test_peer_watch_finish_waits_for_its_thread():
+    """finish() returns only once the watch's thread has ended. A thread still inside a store
+    call when the interpreter exits is ended by Python in the middle of C++ code, which aborts
+    the process ("terminate called without an active exception") after a run that succeeded."""
+    import threading
+
+    from torch.distributed import HashStore
+
+    from recipe.peers import PeerWatch
+
+    class SlowStore:  # every call takes a while, as a loaded machine's TCP store can
+        def __init__(self):
+            self.inner, self.in_call = HashStore(), threading.Event()
+
+        def __getattr__(self, name):
+            def call(*args):
+                self.in_call.set()
+                time.sleep(0.3)
+                return getattr(self.inner, name)(*args)
+            return call
+
+    store = SlowStore()
+    watch = PeerWatch(store, 0, 2, interval=0.01, timeout=60).start()
+    store.in_call.clear()
+    assert store.in_call.wait(timeout=10)  # the thread is in a store call now
+    watch.finish()
+    assert not watch._thread.is_alive()
+
 # --- what a GPU user is told ----------------------------------------------------------------------
 def test_gpu_hints_name_the_command_that_uses_every_gpu_and_a_faster_level():
     from recipe.advice import gpu_hints

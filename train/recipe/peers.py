@@ -67,8 +67,14 @@ class PeerWatch:
         return self
 
     def finish(self) -> None:
-        """This rank ends normally: its neighbour stops watching it."""
+        """This rank ends normally: its neighbour stops watching it. Returns once the thread
+        has ended: Python 3.11 ends a daemon thread that is still inside a store call when the
+        interpreter exits in the middle of C++ code, and that aborts the process ("terminate
+        called without an active exception") after a run that succeeded."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            # a store call is bounded by the store's own timeout (30 s)
+            self._thread.join()
         try:
             self.store.set(f"done/{self.rank}", "1")
         except Exception:  # the store's host has gone first: nobody is left to tell
