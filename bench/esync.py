@@ -32,7 +32,7 @@ from typing import List
 from bench import ps_stats
 from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.render import render
-from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study
+from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
 VARIANTS = ("sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized")
@@ -195,33 +195,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
-    p.add_argument("--out", type=Path, help="folder of the runs (default runs/esync-<stamp>)")
-    p.add_argument("--report", type=Path, metavar="DIR",
-                   help="run nothing: draw and print the block of an earlier --out")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny data, 2 epochs")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--redo", metavar="REGEX", help="repeat the finished runs matching REGEX")
-    p.add_argument("--repeats", type=int, default=2, help="seeds per combination")
+    study_arguments(p, "esync", repeats=2,
+                    esync_epsilon_help="ESync's margin in seconds (the authors' 0.5 s exceeds "
+                                       "a whole step at this size)")
     p.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    help="modes with their rule (async: --async-rule, esync: --esync-average)")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--slowdown", default="1,1,4")
-    p.add_argument("-a", "--arch", default="resnet18")
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("-b", "--batch-size", type=int, default=16, help="per worker")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--lr", type=float, default=0.4, help="for a batch of 256, scaled per mode")
-    p.add_argument("--warmup-epochs", type=float, default=1)
-    p.add_argument("-p", "--print-freq", type=int, default=5)
-    p.add_argument("--train-per-class", type=int, default=64)
-    p.add_argument("--esync-epsilon", type=float, default=0.05,
-                   help="ESync's margin in seconds (the authors' 0.5 s exceeds a whole step "
-                        "at this size)")
-    p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
-    p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
-    p.add_argument("--figures", type=Path,
-                   help="where the figure goes (default: the runs' folder's figures/)")
     args = p.parse_args(argv)
     if args.quick:
         quick_defaults(args, argv, STUDY_QUICK)

@@ -40,7 +40,7 @@ from typing import Dict, List, Tuple
 from bench import ps_stats
 from bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from bench.esync import variant_args
-from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study
+from bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
 from bench.render import render
 
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
@@ -242,39 +242,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
-    p.add_argument("--out", type=Path, help="folder of the runs (default runs/hetero-<stamp>); "
-                   "runs already finished there are kept")
-    p.add_argument("--report", type=Path, metavar="DIR",
-                   help="run nothing: draw and print the block of an earlier --out")
-    p.add_argument("--quick", action="store_true", help="smoke run: tiny data, 2 epochs")
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--redo", metavar="REGEX", help="repeat the finished runs matching REGEX")
-    p.add_argument("--repeats", type=int, default=3, help="seeds per combination")
+    study_arguments(p, "hetero", repeats=3,
+                    esync_epsilon_help="ESync's margin in seconds (as bench.esync)")
     p.add_argument("--profiles", nargs="+", choices=list(PROFILES), default=list(PROFILES))
     p.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     p.add_argument("--target-gap", type=float, default=5.0,
                    help="target = PS sync's final top-1 of the same seed minus this")
-    p.add_argument("-a", "--arch", default="resnet18")
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("-b", "--batch-size", type=int, default=16, help="per worker")
-    p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--lr", type=float, default=0.4, help="for a batch of 256, scaled per method")
-    p.add_argument("--warmup-epochs", type=float, default=1)
     p.add_argument("--local-sgd-period", type=int, default=4)
     p.add_argument("--local-sgd-warmup-steps", type=int, default=14,
                    help="the lr warm-up's steps at the default size (640 images, 3 x 16)")
     p.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer lr")
     p.add_argument("--outer-momentum", type=float, default=0.9,
                    help="diloco's outer Nesterov momentum")
-    p.add_argument("-p", "--print-freq", type=int, default=5)
-    p.add_argument("--train-per-class", type=int, default=64)
-    p.add_argument("--esync-epsilon", type=float, default=0.05,
-                   help="ESync's margin in seconds (as bench.esync)")
-    p.add_argument("--threads", type=int, default=1, help="OMP threads per process")
-    p.add_argument("--timeout", type=float, default=1200, help="seconds per run")
-    p.add_argument("--figures", type=Path,
-                   help="where the figure goes (default: the runs' folder's figures/)")
     args = p.parse_args(argv)
     args.workers = 3
     if args.quick:

@@ -197,6 +197,33 @@ STUDY_QUICK = {"--epochs": ("epochs", 2), "-b": ("batch_size", 8),
                "--train-per-class": ("train_per_class", 12)}
 
 
+def study_arguments(parser, prefix: str, repeats: int, esync_epsilon_help: str) -> None:
+    """The options every study on generated data takes (bench.esync, bench.hetero): where the
+    runs go, how many, and the model, data and schedule of each run."""
+    add = parser.add_argument
+    add("--out", type=Path, help=f"folder of the runs (default runs/{prefix}-<stamp>); runs "
+        "already finished there are kept")
+    add("--report", type=Path, metavar="DIR",
+        help="run nothing: draw and print the block of an earlier --out")
+    add("--quick", action="store_true", help="smoke run: tiny data, 2 epochs")
+    add("--dry-run", action="store_true")
+    add("--redo", metavar="REGEX", help="repeat the finished runs matching REGEX")
+    add("--repeats", type=int, default=repeats, help="seeds per combination")
+    add("-a", "--arch", default="resnet18")
+    add("--image-size", type=int, default=32)
+    add("-b", "--batch-size", type=int, default=16, help="per worker")
+    add("--epochs", type=int, default=6)
+    add("--lr", type=float, default=0.4, help="for a batch of 256, scaled per method")
+    add("--warmup-epochs", type=float, default=1)
+    add("-p", "--print-freq", type=int, default=5)
+    add("--train-per-class", type=int, default=64)
+    add("--esync-epsilon", type=float, default=0.05, help=esync_epsilon_help)
+    add("--threads", type=int, default=1, help="OMP threads per process")
+    add("--timeout", type=float, default=1200, help="seconds per run")
+    add("--figures", type=Path,
+        help="where the figure goes (default: the runs' folder's figures/)")
+
+
 def run_study(parser, args, prefix: str, meta_name: str,
               list_jobs: Callable[..., Sequence[tuple]], finish: Callable[[Path], int]) -> int:
     """The main of a study on generated data (bench.esync, bench.hetero): --report DIR only
