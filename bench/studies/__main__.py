@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from bench import regenerate
-from bench.common import REPO, markdown_table, shown_commit
+from bench.common import REPO, shown_commit
+from bench.render import render
 
 HERE = REPO / "bench" / "studies"
 
@@ -23,24 +24,8 @@ def loop_block(folder: Path, figures: Path) -> str:
     cfg, hw, median = record["config"], record["hardware"], record["median"]
     ratios = [r["ratio"] for r in record["rounds"]]
     steps = cfg["warmup"] + cfg["repeats"] * cfg["steps"]
-    return "\n".join([
-        f"Command: `launch/env.sh {record['command']}` ({cfg['arch']}, {cfg['image_size']} px, "
-        f"batch {cfg['batch_size']}, {cfg['opt_level']}, one process with "
-        f"{hw['torch_threads']} thread(s)) on {hw['cpu']} ({hw['cpu_cores']} cores, "
-        f"{hw['gpu'] or 'no GPU'}), torch {hw['torch']}, at commit "
-        f"{shown_commit(record.get('commit'))} (record: "
-        "`bench/studies/records/loop/bench_loop.json`):",
-        "",
-        markdown_table(["rounds x steps", "engine img/s (median)", "bare img/s (median)",
-                        "engine / bare (median of rounds)"],
-                       [[f"{len(ratios)} x {cfg['steps']}", f"{median['engine_img_s']:.1f}",
-                         f"{median['bare_img_s']:.1f}", f"**{median['ratio']:.2f}x**"]]),
-        "",
-        f"Single rounds scatter between {min(ratios):.2f}x and {max(ratios):.2f}x, so only the "
-        f"median of many rounds means anything (target: >= {record['target']}). Same math: "
-        f"after {steps} steps each, the two models' weights differ by at most "
-        f"{record['max_weight_diff']:.3g}.",
-    ]) + "\n"
+    return render("studies_loop", record=record, cfg=cfg, hw=hw, median=median, ratios=ratios,
+                  steps=steps, commit=shown_commit(record.get("commit")))
 
 
 def layout_block(folder: Path, figures: Path) -> str:

@@ -41,9 +41,10 @@ import time
 from pathlib import Path
 
 from bench.common import (REPO, exit_without_recipe, interval_img_s, logged_hardware,
-                          markdown_table, measure_or_report, read_log, shown_command, shown_commit,
+                          measure_or_report, read_log, shown_command, shown_commit,
                           turns_parser)
 from bench.jobs import launcher, stamped_out
+from bench.render import render
 
 RECORD = "bench_ddp_cost.json"
 CLASSES = 10  # the synthetic data's classes: the model's last layer, so its gradient size
@@ -215,35 +216,12 @@ def report(folder: Path, shown: Path = None) -> str:
         img_s[name] = statistics.median([rate for steps in rounds for rate in steps])
     rows = [[name, f"{img_s[name]:.1f}", ", ".join(f"{x:.1f}" for x in per_round[name])]
             for name in per_round]
-    ratios = [
-        (f"sharing the machine, no communication: nd x{n} / ({n} x nd)", nd_n / (n * nd)),
-        ("DDP's own work in a step, no peer: DDP 1 / nd", ddp1 / nd),
-        (f"DDP against as many independent processes (its own work and the all-reduce): "
-         f"DDP {n} / nd x{n}", ddp_n / nd_n),
-        (f"DDP weak-scaling efficiency as the sweep counts it: DDP {n} / ({n} x DDP 1)",
-         ddp_n / (n * ddp1)),
-        (f"against {n} x one process alone: DDP {n} / ({n} x nd)", ddp_n / (n * nd)),
-    ]
-    if f"bare DDP {n}" in img_s:
-        ratios.append((f"torch's DDP in the hand-written loop, against as many independent "
-                       f"copies of it: bare DDP {n} / bare x{n}",
-                       img_s[f"bare DDP {n}"] / img_s[f"bare x{n}"]))
-    return "\n".join([
-        f"`launch/env.sh {record['command']}` (logs: `{shown or folder}/`): {cfg['arch']} at "
-        f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, {record['threads']} "
-        f"thread(s) per process, synthetic data, {record['rounds']} rounds of "
-        f"{record['steps']} steps in turns; img/s = median of the logged intervals after the "
-        f"first, all rounds pooled (a launch of several processes: their sum; the bare loop: "
-        f"its steps after {BARE_WARMUP}). On "
-        f"{logged_hardware(first)}, commit {shown_commit(first.get('commit'))}:",
-        "",
-        markdown_table(["contender", "img/s", "per round"], rows),
-        "",
-        *[f"* {text}: **{value:.2f}**" for text, value in ratios],
-        f"* gloo all-reduce of {ar['numel']:,} float32 ({ar['mb']:.1f} MiB, the model's "
-        f"gradients) between {n} processes: {ar['wall_ms']:.1f} ms wall, {ar['cpu_ms']:.1f} ms "
-        f"CPU per call; a DDP {n} step takes {step_ms:.0f} ms",
-    ]) + "\n"
+    bare = f"bare DDP {n}" in img_s
+    return render("studies_ddp_cost", record=record, cfg=cfg, rows=rows, n=n, nd=nd, nd_n=nd_n,
+                  ddp1=ddp1, ddp_n=ddp_n, ar=ar, step_ms=step_ms, bare_warmup=BARE_WARMUP,
+                  bare_ratio=img_s[f"bare DDP {n}"] / img_s[f"bare x{n}"] if bare else None,
+                  shown=shown or folder, hardware=logged_hardware(first),
+                  commit=shown_commit(first.get("commit")))
 
 
 def block(folder: Path) -> str:

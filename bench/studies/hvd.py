@@ -21,9 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision, markdown_table,
+from bench.common import (REPO, interval_img_s, logged_hardware, logged_precision,
                           measure_or_report, read_log, shown_command, shown_commit, turns_parser)
 from bench.jobs import launcher, stamped_out
+from bench.render import render
 
 RECORD = "bench_hvd.json"
 LABELS = {"ddp": "DDP (gloo)", "hvd": "Horovod (gloo)"}
@@ -71,19 +72,9 @@ def report(folder: Path) -> str:
             for name in LABELS]
     rows.append(["**Horovod / DDP**", f"**{median['hvd'] / median['ddp']:.2f}**",
                  ", ".join(f"{x:.2f}" for x in ratios)])
-    return "\n".join([
-        f"`launch/env.sh {record['command']}` (logs: `bench/studies/records/hvd/`): "
-        f"{cfg['arch']} at "
-        f"{cfg['image_size']} px, batch {cfg['batch_size']} per process, "
-        f"{first['world_size']} processes x {record['threads']} thread(s), synthetic data, "
-        f"{logged_precision(first)}; `torchrun train/ddp.py` and `horovodrun --gloo "
-        f"train/hvd.py` in turns, {record['rounds']} rounds of {record['steps']} steps each; "
-        f"img/s = median of the logged intervals after the first, all rounds pooled. On "
-        f"{logged_hardware(first)}, commit {shown_commit(first.get('commit'))}:",
-        "",
-        markdown_table(["strategy", f"img/s ({first['world_size']} processes)",
-                        "per round (Horovod / DDP: round by round)"], rows),
-    ]) + "\n"
+    return render("studies_hvd", record=record, cfg=cfg, first=first, rows=rows,
+                  precision=logged_precision(first), hardware=logged_hardware(first),
+                  commit=shown_commit(first.get("commit")))
 
 
 def main(argv=None) -> int:

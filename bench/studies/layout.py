@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import (cpu_cores, cpu_name, exit_without_recipe, git_commit, markdown_table,
+from bench.common import (cpu_cores, cpu_name, exit_without_recipe, git_commit, 
                           shown_command, shown_commit)
+from bench.render import render
 
 LAYOUTS = ("NCHW", "channels_last")
 
@@ -63,15 +64,8 @@ def table(record: dict) -> str:
     """The RESULTS.md block of a record."""
     rows = [[f"{r['size']} px", f"{r['NCHW'] * 1e3:.0f}", f"{r['channels_last'] * 1e3:.0f}",
              f"**{r['NCHW'] / r['channels_last']:.2f}x**"] for r in record["sizes"]]
-    return "\n".join([
-        f"`launch/env.sh {record['command']}`: {record['arch']}, batch {record['batch']}, fp32, "
-        f"{record['threads']} thread(s), on {record['cpu']} ({record['cores']} cores), torch "
-        f"{record['torch']}, commit {shown_commit(record['commit'])} (record: "
-        "`bench/studies/records/layout/bench_layout.json`):",
-        "",
-        markdown_table(["crop", "NCHW ms/step", "channels_last ms/step",
-                        "channels_last speed-up"], rows),
-    ]) + "\n"
+    return render("studies_layout", record=record, rows=rows,
+                  commit=shown_commit(record["commit"]))
 
 
 def main(argv=None) -> int:
