@@ -62,7 +62,7 @@ STRATEGIES = (BASELINE, *(name for name, e in ENTRIES.items() if e.distributed))
 # --- the combinations ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Combo:
-    strategy: str            # an entry of the registry: nd | ddp | ddp_apex | hvd | ps
+    strategy: str            # an entry of the registry: nd | ddp | ddp_apex | hvd | fsdp | ps
     workers: int             # processes that compute (the PS adds its server processes)
     opt_level: str = "O0"
     hook: str = "none"       # DDP comm hook
@@ -124,6 +124,8 @@ def combos(args) -> List[Combo]:
             elif s == "ps":
                 out += [Combo("ps", n, mode=m, servers=int(k)) for m in _csv(args.ps_modes)
                         for k in _csv(args.ps_servers)]
+            else:  # fsdp: no variant of its own
+                out.append(Combo(s, n))
     # Repeats interleave (every combination once, then again), so a drift of a shared machine
     # spreads over all of them instead of hitting one combination's repeats together.
     out = [replace(c, repeat=k) for k in range(1, args.repeats + 1) for c in out]
@@ -132,7 +134,7 @@ def combos(args) -> List[Combo]:
         for s in strategies:
             if not ENTRIES[s].distributed:
                 out.append(Combo(s, 1, stage="curves"))
-            elif s in ("ddp", "hvd"):
+            elif s in ("ddp", "hvd", "fsdp"):
                 out.append(Combo(s, top, stage="curves"))
             elif s == "ddp_apex" and not args.emulated_bf16:
                 out += [Combo(s, top, opt_level=lvl, stage="curves")

@@ -17,7 +17,6 @@ SHORT = TINY + ["-b", "8", "--steps-per-epoch", "3", "--seed", "2"]
 
 @pytest.mark.parametrize("script,nproc,level,dtype", [
     ("nd.py", 0, "O2", "bfloat16"),
-    ("ddp.py", 2, "O2", "bfloat16"),
     ("ddp.py", 2, "O1", "float16"),
     ("ddp.py", 2, "O2", "float16"),
 ])

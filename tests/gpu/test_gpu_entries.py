@@ -9,6 +9,7 @@ ENTRIES = {  # name: (script, processes, extra options, backend expected in the 
     "ddp": ("ddp.py", 1, (), expected_backend()),
     "ddp_apex-O2": ("ddp_apex.py", 1, ("--opt-level", "O2"), expected_backend()),
     "hvd": ("hvd.py", 0, (), None),
+    "fsdp": ("fsdp.py", 1, (), expected_backend()),
     "ps-sync": ("ps.py", 2, ("--mode", "sync"), None),
 }
 
