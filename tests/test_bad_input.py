@@ -268,3 +268,14 @@ def test_resume_from_another_architecture(expect_usage_error, tiny_imagefolder, 
 def test_bad_esync_options(expect_usage_error, tiny_imagefolder, args, message):
     expect_usage_error(TINY + ["--mode", "esync", *args, tiny_imagefolder], message,
                        script="ps.py")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode", "bsp"], "invalid choice"),
+    (["--worker-slowdown", "1,0.5"], "must be >= 1"),
+    (["--num-servers", "0"], "--num-servers must be >= 1"),
+    (["--push-dtype", "float8"], "invalid choice: 'float8'"),
+    ([], "at least 2 processes"),  # one process: nobody to serve or to train
+])
+def test_bad_parameter_server_arguments(expect_usage_error, tiny_imagefolder, args, message):
+    expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ps.py")

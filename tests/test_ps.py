@@ -274,19 +274,6 @@ def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, message", [
-    (["--mode", "bsp"], "invalid choice"),
-    (["--worker-slowdown", "1,0.5"], "must be >= 1"),
-    (["--num-servers", "0"], "--num-servers must be >= 1"),
-    (["--push-dtype", "float8"], "invalid choice: 'float8'"),
-])
-def test_bad_arguments_exit_2(tiny_imagefolder, tmp_path, args, message):
-    proc = run_script("ps.py", TINY + args + ["--logdir", tmp_path, tiny_imagefolder],
-                      check=False)
-    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
-
-
-@pytest.mark.slow
 def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
     """Checked on every rank before RPC starts, so nobody waits for a peer that gave up."""
     procs = _start_ranks(TINY + ["--worker-slowdown", "1,2,3", "--logdir", tmp_path,
@@ -301,9 +288,7 @@ def test_slowdown_list_must_match_the_workers(tiny_imagefolder, tmp_path):
 
 
 @pytest.mark.slow
-def test_one_process_is_not_a_parameter_server(tiny_imagefolder, tmp_path):
-    proc = run_script("ps.py", TINY + ["--logdir", tmp_path, tiny_imagefolder], check=False)
-    assert proc.returncode == 2 and "at least 2 processes" in proc.stderr
+def test_more_servers_than_processes_allow_is_refused(tiny_imagefolder, tmp_path):
     proc = run_script("ps.py", TINY + ["--num-servers", "2", "--logdir", tmp_path,
                                        tiny_imagefolder], check=False, nproc=2)
     assert proc.returncode != 0 and "at least 3 processes (ranks 0..1 serve" in proc.stderr
