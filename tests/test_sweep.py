@@ -37,9 +37,9 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
                           env={"RECIPES_CPU_BF16": "emulated"}).stdout)
     assert list(cmds) == [
         "nd-w1-O0", "ddp-w1-O0", "ddp-w2-O0", "ddp-w2-O0-hook_fp16", "ddp_apex-w1-O1",
-        "ddp_apex-w2-O1", "hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress", "ps_sync-w1-O0",
-        "ps_sync-w2-O0", "curves-nd-w1-O0", "curves-ddp-w2-O0", "curves-hvd-w2-O0",
-        "curves-ps_sync-w2-O0"]
+        "ddp_apex-w2-O1", "hvd-w1-O0", "hvd-w2-O0", "hvd-w2-O0-fp16_compress", "fsdp-w1-O0",
+        "fsdp-w2-O0", "ps_sync-w1-O0", "ps_sync-w2-O0", "curves-nd-w1-O0", "curves-ddp-w2-O0",
+        "curves-hvd-w2-O0", "curves-fsdp-w2-O0", "curves-ps_sync-w2-O0"]
     nd = cmds["nd-w1-O0"]
     assert nd[1].endswith("train/nd.py") and "torch.distributed.run" not in nd
     # weak scaling on synthetic data, RESULTS.md's CPU settings
@@ -77,7 +77,7 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
     native = _commands(_run("sweep", "--dry-run", "--out", tmp_path, "--only", "^curves",
                             env={"RECIPES_CPU_BF16": "native"}).stdout)
     assert list(native) == ["curves-nd-w1-O0", "curves-ddp-w2-O0", "curves-ddp_apex-w2-O1",
-                            "curves-hvd-w2-O0", "curves-ps_sync-w2-O0"]
+                            "curves-hvd-w2-O0", "curves-fsdp-w2-O0", "curves-ps_sync-w2-O0"]
 
 
 def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):
