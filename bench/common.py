@@ -11,6 +11,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -240,7 +241,7 @@ def shown_command(tool: str, argv: Sequence[str]) -> str:
             skip = True
         elif not arg.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
             shown.append(arg)
-    return " ".join([f"python -m bench.{tool}", *shown])
+    return f"python -m bench.{tool} {shlex.join(shown)}".rstrip()
 
 
 # --- tools that time entry scripts in turns on synthetic data (bench.studies: hvd, ddp_cost) --

@@ -150,6 +150,8 @@ def test_shown_command_drops_where_the_outputs_go_and_keeps_the_measurement():
             "8"]
     assert shown_command("studies.hvd", argv) == "python -m bench.studies.hvd --steps 30 -b 8"
     assert shown_command("io", []) == "python -m bench.io"
+    # an argument with a space is quoted, so the shown command runs as it was run
+    assert shown_command("e2e", ["--only", "nd fast"]) == "python -m bench.e2e --only 'nd fast'"
 
 
 ORPHAN = """
