@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import (cpu_cores, cpu_name, exit_without_recipe, git_commit, 
-                          shown_command, shown_commit)
+from bench.common import (cpu_cores, cpu_name, exit_without_recipe, git_commit, shown_command,
+                          shown_commit)
 from bench.render import render
 
 LAYOUTS = ("NCHW", "channels_last")
