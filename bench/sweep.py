@@ -124,7 +124,7 @@ def combos(args) -> List[Combo]:
             elif s == "ps":
                 out += [Combo("ps", n, mode=m, servers=int(k)) for m in _csv(args.ps_modes)
                         for k in _csv(args.ps_servers)]
-            else:  # fsdp: no variant of its own
+            else:  # fsdp: any strategy without variants of its own
                 out.append(Combo(s, n))
     # Repeats interleave (every combination once, then again), so a drift of a shared machine
     # spreads over all of them instead of hitting one combination's repeats together.
@@ -134,13 +134,14 @@ def combos(args) -> List[Combo]:
         for s in strategies:
             if not ENTRIES[s].distributed:
                 out.append(Combo(s, 1, stage="curves"))
-            elif s in ("ddp", "hvd", "fsdp"):
-                out.append(Combo(s, top, stage="curves"))
-            elif s == "ddp_apex" and not args.emulated_bf16:
-                out += [Combo(s, top, opt_level=lvl, stage="curves")
-                        for lvl in _csv(args.apex_levels)]
+            elif s == "ddp_apex":
+                if not args.emulated_bf16:
+                    out += [Combo(s, top, opt_level=lvl, stage="curves")
+                            for lvl in _csv(args.apex_levels)]
             elif s == "ps":
                 out += [Combo("ps", top, mode=m, stage="curves") for m in _csv(args.ps_modes)]
+            else:  # ddp, hvd, fsdp: any strategy without variants of its own
+                out.append(Combo(s, top, stage="curves"))
     if args.only:
         pattern = re.compile(args.only)
         out = [c for c in out if pattern.search(c.name)]
