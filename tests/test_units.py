@@ -363,7 +363,6 @@ def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_fini
     assert reports == {}
 
 
-
 def test_peer_watch_finish_waits_for_its_thread():
     """finish() returns only once the watch's thread has ended. A thread still inside a store
     call when the interpreter exits is ended by Python in the middle of C++ code, which aborts
@@ -391,6 +390,7 @@ def test_peer_watch_finish_waits_for_its_thread():
     assert store.in_call.wait(timeout=10)  # the thread is in a store call now
     watch.finish()
     assert not watch._thread.is_alive()
+
 
 # --- what a GPU user is told ----------------------------------------------------------------------
 def test_gpu_hints_name_the_command_that_uses_every_gpu_and_a_faster_level():
