@@ -37,6 +37,14 @@ by itself).
                      AVX512-BF16 without AMX can lose to fp32; the record keeps the probe
   nd fast compiled   (--compile) the same plus --compile: what torch.compile costs at start-up
                      and gains per epoch, so from how many epochs it pays
+  nd fast, ...       (--threads) the same under the thread settings a user might try on a CPU,
+                     each compared with the fast settings as they are: OpenMP's idle threads
+                     sleeping at once instead of spinning (OMP_WAIT_POLICY=PASSIVE), OpenMP's
+                     threads pinned to cores, one compute thread (the other core left to the
+                     loader), and half or twice the loader threads (-j)
+
+A contender's command may start with environment settings (NAME=value words), which it is
+started with, as a shell would.
 
 Wall time is the whole process, imports and exit included. Every contender prints a line per
 training step (-p 1, --log-interval 1) and one at the end of each validation pass; the tool
@@ -76,9 +84,21 @@ PEER = "pytorch/examples"
 TIMM = "timm"
 PHASES = ("start-up and first step", "training", "validation", "end")
 ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+SETTING = "nd fast, "  # --threads: "nd fast, <setting>", each compared with "nd fast"
 # (ours, theirs): the comparisons the tables report, where both ran
 COMPARISONS = [("nd defaults", PEER), ("nd defaults", "timm defaults"),
                ("nd fast", "timm fast"), ("nd fast", PEER), ("nd fast compiled", "nd fast")]
+
+
+def thread_settings(workers: int) -> Dict[str, tuple]:
+    """--threads: setting -> (environment words, loader workers). PyTorch's CPU ops run on
+    OpenMP threads (one per core by default) beside the loader's: DALI's threads (-j of
+    them) or the pytorch backend's worker processes."""
+    return {"OMP passive": (["OMP_WAIT_POLICY=PASSIVE"], workers),
+            "OMP pinned": (["OMP_PROC_BIND=close", "OMP_PLACES=cores"], workers),
+            "1 compute thread": (["OMP_NUM_THREADS=1"], workers),
+            f"-j {max(1, workers // 2)}": ([], max(1, workers // 2)),
+            f"-j {2 * workers}": ([], 2 * workers)}
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,9 @@ def run_stamped(command: List[str], cwd: Path) -> tuple:
     none, and the tool's own (train/ and the repository root) must not change how it starts."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONUNBUFFERED"] = "1"
+    while "=" in command[0]:  # NAME=value words before the program, as a shell reads them
+        name, value = command[0].split("=", 1)
+        env[name], command = value, command[1:]
     start = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -219,6 +242,10 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
     named["nd fast"] = nd + fast
     if args.compile:
         named["nd fast compiled"] = nd + fast + ["--compile"]
+    if args.threads:
+        j = nd.index("-j") + 1
+        for setting, (env, workers) in thread_settings(args.workers).items():
+            named[SETTING + setting] = env + nd[:j] + [str(workers)] + nd[j + 1:] + fast
     return {name: cmd for name, cmd in named.items()
             if not args.only or any(name.startswith(prefix) for prefix in args.only)}
 
@@ -267,8 +294,10 @@ def ratios(record: dict, steady: bool = False) -> Dict[tuple, List[float]]:
         return run["wall"]
 
     by = {(r["contender"], r["repeat"]): value(r) for r in record["runs"]}
+    settings = dict.fromkeys(r["contender"] for r in record["runs"]  # in the order they ran
+                             if r["contender"].startswith(SETTING))
     out: Dict[tuple, List[float]] = {}
-    for ours, theirs in COMPARISONS:
+    for ours, theirs in COMPARISONS + [(name, "nd fast") for name in settings]:
         for repeat in sorted({r["repeat"] for r in record["runs"]}):
             a, b = by.get((ours, repeat)), by.get((theirs, repeat))
             if a and b:
@@ -293,7 +322,7 @@ def table(record: dict, source: str = "results/e2e/bench_e2e.json") -> str:
     comparisons = [[ours, theirs, f"**{spread(wall[(ours, theirs)], '.2f')}x**",
                     f"**{spread(steady[(ours, theirs)], '.2f')}x**"
                     if (ours, theirs) in steady else "-"]
-                   for ours, theirs in COMPARISONS if (ours, theirs) in wall]
+                   for ours, theirs in wall]
     return render("e2e", record=record, cfg=cfg, commit=shown_commit(record["commit"]),
                   train_images=train_images, source=source, rows=rows, phases=PHASES,
                   comparisons=comparisons)
@@ -318,9 +347,10 @@ def _shown(command: List[str], scripts: Dict[str, Path]) -> str:
     """A contender's command as a user types it (repository-relative, the peers' scripts by
     their file name, no interpreter path)."""
     named = {str(path.resolve()): path.name for path in scripts.values()}
+    python = command.index(sys.executable)
     words = [named.get(w) or (os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w)
-             for w in command[1:]]
-    return "python " + " ".join(words)
+             for w in command[python + 1:]]
+    return " ".join(command[:python] + ["python"] + words)
 
 
 def main(argv=None) -> None:
@@ -346,6 +376,9 @@ def main(argv=None) -> None:
                              "where the probe finds bf16 faster than fp32")
     parser.add_argument("--compile", action="store_true",
                         help="also run the fast settings with --compile")
+    parser.add_argument("--threads", action="store_true",
+                        help="also run the fast settings under each thread setting (OpenMP's "
+                             "waiting and pinning, one compute thread, -j halved and doubled)")
     parser.add_argument("--only", nargs="*", help="run only these contenders (name prefixes)")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/e2e/)")

@@ -146,6 +146,45 @@ def test_bench_e2e_steady_state_is_the_training_rate_of_epochs_after_the_first()
     assert [steady[pair] for pair in versus] == [pytest.approx([2.0]), pytest.approx([1.25])]
 
 
+
+def test_bench_e2e_thread_settings_are_the_fast_command_under_each_setting():
+    from argparse import Namespace
+    from bench import e2e
+
+    args = Namespace(arch="resnet18", batch_size=32, workers=2, epochs=3, peer=REPO / "main.py",
+                     timm=None, compile=False, threads=True, only=["nd fast"])
+    named = e2e.contenders(args, gpu=False, fast_amp=True)
+    fast = named["nd fast"]
+    assert named["nd fast, OMP passive"] == ["OMP_WAIT_POLICY=PASSIVE", *fast]
+    assert named["nd fast, OMP pinned"] == ["OMP_PROC_BIND=close", "OMP_PLACES=cores", *fast]
+    assert named["nd fast, 1 compute thread"] == ["OMP_NUM_THREADS=1", *fast]
+    j = fast.index("-j")
+    assert named["nd fast, -j 1"] == fast[:j + 1] + ["1"] + fast[j + 2:]
+    assert named["nd fast, -j 4"] == fast[:j + 1] + ["4"] + fast[j + 2:]
+    assert e2e._shown(named["nd fast, OMP pinned"], {}).startswith(
+        "OMP_PROC_BIND=close OMP_PLACES=cores python train/nd.py -a resnet18")
+    # each setting is compared with the fast settings as they are, repeat by repeat
+    runs = [{"contender": name, "repeat": 0, "wall": 10.0 + i, "epoch training": [5.0 + i]}
+            for i, name in enumerate(named)]
+    steady = e2e.ratios({"images": {"train": 100}, "runs": runs}, steady=True)
+    assert set(steady) == {(name, "nd fast") for name in named if name != "nd fast"}
+    assert steady[("nd fast, OMP passive", "nd fast")] == pytest.approx([5.0 / 6.0])
+    # without --threads, none of them
+    args.threads = False
+    assert list(e2e.contenders(args, gpu=False, fast_amp=True)) == ["nd fast"]
+
+
+def test_bench_e2e_starts_a_command_with_its_environment_words(tmp_path, monkeypatch):
+    import sys
+
+    from bench import e2e
+
+    monkeypatch.setenv("PYTHONPATH", "somewhere")
+    _, lines = e2e.run_stamped(["E2E_SETTING=on", sys.executable, "-c",
+                                "import os; print(os.environ.get('E2E_SETTING'), "
+                                "os.environ.get('PYTHONPATH'))"], tmp_path)
+    assert lines[-1][1] == "on None"
+
 # Stand-ins for the peers' scripts (which are never kept in this repository): the same options,
 # the same kind of output lines, a little work per step. Started as a user starts them, they
 # see no PYTHONPATH (the tool's own is not theirs).
