@@ -94,10 +94,11 @@ def thread_settings(workers: int) -> Dict[str, tuple]:
     """--threads: setting -> (environment words, loader workers). PyTorch's CPU ops run on
     OpenMP threads (one per core by default) beside the loader's: DALI's threads (-j of
     them) or the pytorch backend's worker processes."""
+    half = max(1, workers // 2)
     return {"OMP passive": (["OMP_WAIT_POLICY=PASSIVE"], workers),
             "OMP pinned": (["OMP_PROC_BIND=close", "OMP_PLACES=cores"], workers),
             "1 compute thread": (["OMP_NUM_THREADS=1"], workers),
-            f"-j {max(1, workers // 2)}": ([], max(1, workers // 2)),
+            f"-j {half}": ([], half),
             f"-j {2 * workers}": ([], 2 * workers)}
 
 

@@ -146,7 +146,6 @@ def test_bench_e2e_steady_state_is_the_training_rate_of_epochs_after_the_first()
     assert [steady[pair] for pair in versus] == [pytest.approx([2.0]), pytest.approx([1.25])]
 
 
-
 def test_bench_e2e_thread_settings_are_the_fast_command_under_each_setting():
     from argparse import Namespace
     from bench import e2e
