@@ -2,6 +2,7 @@
 damaged checkpoints and damaged data. Runs are killed and signalled for real."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -403,3 +404,54 @@ def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     assert "error: rank 0 of 2: rank 1 stopped answering (no heartbeat for 15 s)" in output
     assert "--resume auto" in output
     assert took < 40, took
+
+
+# A rank that ends after a peer's failure leaves a process group it cannot leave and a peer-watch
+# thread that may be inside a store call. Python's own shutdown then ends that thread in the
+# middle of C++ code, and that aborts the process ("terminate called without an active
+# exception", exit -6) instead of the exit 1 the launcher and the user should see. Here the
+# watch is held inside a call for certain (its store's host is frozen) until the host ends just
+# as the rank does.
+_RANK_ENDING_AFTER_A_FAILURE = """
+import datetime, os, signal, subprocess, sys, time
+import torch.distributed as dist
+from recipe.peers import PeerWatch
+from recipe.strategies.ddp import DDPStrategy
+port = int(sys.argv[1])
+host = subprocess.Popen([sys.executable, "-c",
+    "import time, torch.distributed as d\\n"
+    f"s = d.TCPStore('127.0.0.1', {port}, is_master=True, wait_for_workers=False)\\n"
+    "print('up', flush=True)\\ntime.sleep(120)"], stdout=subprocess.PIPE,
+    stderr=subprocess.DEVNULL, text=True)
+print("host", host.pid, flush=True)  # the test ends it
+host.stdout.readline()
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+strategy = DDPStrategy()
+strategy.rank, strategy.world_size = 0, 2
+client = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                       timeout=datetime.timedelta(seconds=5))
+strategy._peer_watch = PeerWatch(client, 0, 2, interval=0.01, timeout=60).start()
+os.kill(host.pid, signal.SIGSTOP)
+time.sleep(0.5)  # the watch's next store call waits on the frozen host
+print("ending", flush=True)
+strategy.abandon()
+os.kill(host.pid, signal.SIGKILL)  # the call returns, with an error, as this process ends
+strategy.end_failed_process(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_ending_after_a_peer_failure_exits_1_not_aborted():
+    proc = subprocess.Popen([sys.executable, "-c", _RANK_ENDING_AFTER_A_FAILURE,
+                             str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(TRAIN)})
+    host = int(proc.stdout.readline().split()[1])
+    try:
+        output, errors = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(host, signal.SIGKILL)
+    assert "ending" in output, errors
+    assert proc.returncode == 1, errors[-3000:]
+    assert "terminate called" not in errors

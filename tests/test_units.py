@@ -423,14 +423,9 @@ def test_out_of_memory_suggests_a_smaller_batch_that_keeps_the_global_one(batch,
 
 def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
     from recipe.engine import run
+    from recipe.strategies.base import Strategy
 
-    class OutOfMemoryAtSetup:
-        world_size = 1
-
-        @classmethod
-        def from_config(cls, cfg):
-            return cls()
-
+    class OutOfMemoryAtSetup(Strategy):
         def setup_environment(self):
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore")
 

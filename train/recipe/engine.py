@@ -470,7 +470,9 @@ class Trainer:
             if loader is not None:
                 loader.close()
         self.log.close()
-        if teardown:
+        if not teardown:
+            self.strategy.abandon()
+        else:
             # The strategy frees the wrapper before leaving the group; nothing here may keep
             # it alive (under FSDP the optimizer's parameters hold the group's device mesh).
             self.model = self.optimizer = self.scheduler = self.ema = None
@@ -503,7 +505,7 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
               file=sys.stderr, flush=True)
         if trainer is not None:
             trainer.close(teardown=False)  # the other ranks end by their own watch
-        sys.exit(lifecycle.EXIT_FAILED)
+        strategy.end_failed_process(lifecycle.EXIT_FAILED)
     except Preempted as stop:
         lifecycle.write_end_record(trainer.log, trainer.epoch, trainer.step,
                                    trainer.best_top1, f"preempted by {stop}",
@@ -521,7 +523,7 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
         if explanation is None:
             raise
         print(f"error: {explanation}", file=sys.stderr, flush=True)
-        sys.exit(lifecycle.EXIT_FAILED)
+        strategy.end_failed_process(lifecycle.EXIT_FAILED)
     except BaseException:  # KeyboardInterrupt, SystemExit
         if trainer is not None:
             trainer.close(teardown=False)

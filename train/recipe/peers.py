@@ -66,14 +66,21 @@ class PeerWatch:
         self._thread.start()
         return self
 
+    def stop(self) -> None:
+        """This rank ends after a failure: the thread reports nothing more and ends at its next
+        turn. Nothing waits for it, since a store call never returns while the store's host
+        is frozen; its neighbour, not told that this rank finished, will see it gone."""
+        self._stop.set()
+
     def finish(self) -> None:
         """This rank ends normally: its neighbour stops watching it. Returns once the thread
         has ended: Python 3.11 ends a daemon thread that is still inside a store call when the
         interpreter exits in the middle of C++ code, and that aborts the process ("terminate
         called without an active exception") after a run that succeeded."""
-        self._stop.set()
+        self.stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            # a store call is bounded by the store's own timeout (30 s)
+            # A store call returns once the store answers or its host has ended (a frozen
+            # host would hold it, but then the group's own collectives have failed first).
             self._thread.join()
         try:
             self.store.set(f"done/{self.rank}", "1")

@@ -8,7 +8,8 @@ theirs, so diffing two of these modules shows exactly what one strategy adds.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, List, Optional, Tuple
+import sys
+from typing import Any, List, NoReturn, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -211,6 +212,14 @@ class Strategy:
 
     def teardown(self) -> None:
         pass
+
+    def abandon(self) -> None:
+        """This process ends after a failure without leaving its group (leaving would wait on
+        the peer that failed): what runs beside the training and talks to the peers stops."""
+
+    def end_failed_process(self, code: int) -> NoReturn:
+        """End this process with `code` after a failure; its logs are closed already."""
+        sys.exit(code)
 
 
 def _silent(message: str) -> None:

@@ -7,7 +7,8 @@ import datetime
 import gc
 import os
 import socket
-from typing import Any, List, Optional
+import sys
+from typing import Any, List, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
@@ -150,3 +151,19 @@ class ProcessGroupStrategy(Strategy):
             self._peer_watch.finish()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def abandon(self) -> None:
+        if getattr(self, "_peer_watch", None):
+            self._peer_watch.stop()
+
+    def end_failed_process(self, code: int) -> NoReturn:
+        if not dist.is_initialized():
+            sys.exit(code)
+        # The group cannot be left (a peer is gone) and the peer watch may be inside a store
+        # call. Python's shutdown would destroy the one and end the other in the middle of C++
+        # code, and either aborts the process now and then ("terminate called without an
+        # active exception", exit -6 instead of 1). Nothing is left to clean up: the logs are
+        # closed and the loader workers stopped.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
