@@ -79,8 +79,8 @@ class PeerWatch:
         called without an active exception") after a run that succeeded."""
         self.stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            # A store call returns once the store answers or its host has ended (a frozen
-            # host would hold it, but then the group's own collectives have failed first).
+            # A store call returns once the store answers or its host has ended; while the
+            # host (rank 0 or torchrun's agent) is frozen, it waits, and so does this.
             self._thread.join()
         try:
             self.store.set(f"done/{self.rank}", "1")
