@@ -406,7 +406,7 @@ def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     assert took < 40, took
 
 
-# A rank that ends after a peer's failure leaves a process group it cannot leave and a peer-watch
+# A rank that ends after a peer's failure holds a process group it cannot leave and a peer-watch
 # thread that may be inside a store call. Python's own shutdown then ends that thread in the
 # middle of C++ code, and that aborts the process ("terminate called without an active
 # exception", exit -6) instead of the exit 1 the launcher and the user should see. Here the
@@ -445,7 +445,11 @@ def test_a_rank_ending_after_a_peer_failure_exits_1_not_aborted():
     proc = subprocess.Popen([sys.executable, "-c", _RANK_ENDING_AFTER_A_FAILURE,
                              str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(TRAIN)})
-    host = int(proc.stdout.readline().split()[1])
+    first = proc.stdout.readline()
+    if not first.startswith("host "):
+        proc.kill()
+        pytest.fail(f"the probe ended before starting the store's host:\n{proc.communicate()[1]}")
+    host = int(first.split()[1])
     try:
         output, errors = proc.communicate(timeout=60)
     finally:
