@@ -30,10 +30,17 @@ INTERVAL = 1.0  # seconds between heartbeats
 TIMEOUT = 15.0  # seconds without a heartbeat after which a peer counts as gone
 
 
+def end_process_now(code: int) -> None:
+    """End the process with `code` without Python's shutdown (no exit handlers, no object
+    destructors), after flushing what it printed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _end_process(message: str) -> None:
     print(f"error: {message}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(1)
+    end_process_now(1)
 
 
 class PeerWatch:

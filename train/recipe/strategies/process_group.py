@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..peers import PeerWatch
+from ..peers import PeerWatch, end_process_now
 from ..precision import Precision
 from ..syncbn import convert_to_cross_rank_bn
 from .base import Strategy
@@ -164,6 +164,4 @@ class ProcessGroupStrategy(Strategy):
         # code, and either aborts the process now and then ("terminate called without an
         # active exception", exit -6 instead of 1). Nothing is left to clean up: the logs are
         # closed and the loader workers stopped.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        end_process_now(code)
