@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, records, run_script
+from conftest import NO_NATIVE_BF16, TINY, records, run_script
 
 
 def _weights(path):
@@ -99,11 +99,14 @@ def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
         tiny_imagefolder, tmp_path):
     """torchrun ddp_apex.py on generated data (O1 = bf16 autocast on CPU, gloo): the run record,
     finite losses, throughput per process, exact validation counts and TensorBoard events.
-    (Whether training learns is checked in float64 by tests/test_parity.py.)"""
+    (Whether training learns is checked in float64 by tests/test_parity.py.) On a CPU without
+    native bf16, forced here whatever the CPU, the run's first line is a note saying so."""
     proc = run_script("ddp_apex.py", TINY + ["-b", "8", "--epochs", "2", "--steps-per-epoch",
                                              "3", "--logdir", tmp_path, "--run-name", "amp",
-                                             tiny_imagefolder], nproc=2)
+                                             tiny_imagefolder], nproc=2, env=NO_NATIVE_BF16)
     _assert_progress_lines(proc.stdout, epochs=2, steps=3)
+    notes = [line for line in proc.stdout.splitlines() if "no native bfloat16" in line]
+    assert len(notes) == 1 and "  note: this CPU has no native bfloat16" in notes[0], proc.stdout
     run = records(tmp_path / "amp", "run")[0]
     assert run["versions"]["torch"] == torch.__version__ and run["hardware"]["cpu_count"] >= 1
     assert run["config"]["opt_level"] == "O1"

@@ -25,7 +25,7 @@ from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
 from .registry import ENTRIES
-from .runlog import RunLog
+from .runlog import RunLog, console
 from .schedule import build_scheduler, lr_warnings, scaled_lr, set_position
 from .targets import build_criterion, build_mixer
 from .validation import evaluate
@@ -114,8 +114,8 @@ class Trainer:
             ema.load_state_dict(saved)
         elif resume_state and self.cfg.evaluate:
             if self.strategy.is_main():
-                print(f"note: {resume_state['path']} holds no EMA weights: evaluating the model "
-                      "only")
+                console(f"note: {resume_state['path']} holds no EMA weights: evaluating the "
+                        "model only")
             return None
         return ema
 
@@ -142,8 +142,8 @@ class Trainer:
             checkpoint.set_rng_state(rng[self.strategy.rank], self.strategy.cuda_devices)
             self.train_loader.load_state_dict(rng[self.strategy.rank].get("data"))
         elif self.strategy.is_main():
-            print(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
-                  f"{self.strategy.world_size}: RNG streams restart from --seed")
+            console(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
+                    f"{self.strategy.world_size}: RNG streams restart from --seed")
 
     def _resume_step_in_epoch(self, state: dict) -> int:
         """Where in its epoch a mid-epoch checkpoint stopped, in THIS run's optimizer steps.

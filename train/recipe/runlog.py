@@ -155,9 +155,9 @@ class RunLog:
         self.t0 = time.time()
 
     def print(self, message: str) -> None:
-        """A progress line on the main rank, timestamped (batch-system logs have no clock)."""
+        """A progress line on the main rank, timestamped (see `console`)."""
         if self.enabled:
-            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {message}", flush=True)
+            console(message)
 
     def close(self) -> None:
         with self._lock:
@@ -165,3 +165,9 @@ class RunLog:
                 self._tb.close()
                 self._jsonl.close()
                 self.enabled = False
+
+
+def console(message: str) -> None:
+    """A line of the run's own output, timestamped: batch-system logs have no clock, and every
+    line a run prints (progress, notes, the summary) reads the same way."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  {message}", flush=True)

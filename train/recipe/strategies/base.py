@@ -17,6 +17,7 @@ import torch.nn as nn
 from ..config import TrainConfig, UsageError
 from ..data.sampling import Shard
 from ..precision import Precision
+from ..runlog import console
 
 
 def pick_device(requested: str, local_rank: int = 0, share_gpus: bool = False) -> torch.device:
@@ -70,7 +71,7 @@ class Strategy:
         self.device = pick_device(self.device_request, self.local_rank, self.share_gpus)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.precision.bind(self.device, notice=print if self.is_main() else _silent)
+        self.precision.bind(self.device, notice=console if self.is_main() else _silent)
         return self.device
 
     # --- model -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import List
 import torch
 import torch.nn as nn
 
+from ..runlog import console
 from .base import Strategy
 
 
@@ -29,7 +30,7 @@ class DataParallelStrategy(Strategy):
     def setup_environment(self) -> torch.device:
         device = super().setup_environment()
         if device.type == "cpu":
-            print("note: DataParallel without GPUs runs the model on the CPU as a plain module")
+            console("note: DataParallel without GPUs runs the model on the CPU as a plain module")
         return device
 
     def replica_module(self, model: nn.Module) -> nn.Module:
