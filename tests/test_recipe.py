@@ -537,3 +537,52 @@ def test_evaluation_takes_the_settings_of_the_checkpoints_run(tmp_path, capsys):
     assert parse_args(["-e", "--resume", str(tmp_path / "run"), "--opt-level", "O0"]
                       ).opt_level == "O0"
     assert parse_args(["--dummy", "--resume", str(tmp_path / "run")]).arch == "resnet50"
+
+
+# --- the schedule under float16 loss scaling -----------------------------------------------------
+def _overflowing_cnn(arch, num_classes, pretrained=None, zero_init_residual=False):
+    # A head with huge weights: at GradScaler's first scale (2**16) its float16 gradients
+    # overflow, so the first optimizer step is skipped, as ResNet-50's is on a GPU.
+    torch.manual_seed(0)
+    head = nn.Linear(4, num_classes)
+    with torch.no_grad():
+        head.weight.mul_(1e4)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), head)
+
+
+def test_a_skipped_first_step_keeps_the_schedule_and_warns_nothing(tmp_path, monkeypatch):
+    """float16 loss scaling skips the first optimizer step by design; torch's LR scheduler then
+    warns "lr_scheduler.step() before optimizer.step()" on the first screen of every run. The
+    schedule counts loop steps, skipped ones included: the lr sequence is the fp32 run's, and
+    no warning is shown."""
+    import warnings
+
+    from recipe import engine
+    from recipe.strategies import Strategy
+
+    monkeypatch.setattr(engine, "build_model", _overflowing_cnn)
+
+    def run(name, *precision):
+        cfg = parse_args(["--dummy", "--image-size", "16", "-b", "4", "-j", "0", "-p", "1",
+                          "--epochs", "2", "--steps-per-epoch", "3", "--warmup-epochs", "1",
+                          "--lr-schedule", "cosine",
+                          "--synthetic-train-size", "24", "--synthetic-val-size", "4",
+                          "--logdir", str(tmp_path), "--run-name", name, *precision])
+        trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            trainer.setup()
+            trainer.fit()
+        trainer.close()
+        train = [json.loads(line) for line in (trainer.run_dir / "log.jsonl").read_text()
+                 .splitlines() if json.loads(line)["kind"] == "train"]
+        return train, [str(w.message) for w in seen]
+
+    fp16, fp16_warnings = run("fp16", "--opt-level", "O1", "--amp-dtype", "float16")
+    fp32, _ = run("fp32", "--opt-level", "O0")
+    scales = [r["loss_scale"] for r in fp16]
+    assert scales[0] < 2.0 ** 16, f"the first step was not skipped: scales {scales}"
+    assert [r["lr"] for r in fp16] == [r["lr"] for r in fp32]
+    assert len({r["lr"] for r in fp16}) >= 4  # the warm-up and the decay move it
+    assert not [w for w in fp16_warnings if "lr_scheduler.step()" in w], fp16_warnings

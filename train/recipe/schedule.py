@@ -14,6 +14,7 @@ processes) puts it where it belongs with `set_position`.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -87,10 +88,28 @@ class LrMultiplier:
         return self.floor + (1.0 - self.floor) * shape
 
 
+class StepSchedule(torch.optim.lr_scheduler.LambdaLR):
+    """LambdaLR over loop steps, the skipped ones included.
+
+    float16 loss scaling skips the first optimizer step by design (GradScaler starts at 2**16,
+    the gradients overflow, the scale halves), so torch's check that `optimizer.step()` ran
+    before the first `scheduler.step()` warns of a bug that is not there. The schedule is a
+    function of the loop's step, as apex's and NVIDIA's recipes count it, so it is not shifted
+    to hide the skip: only that one warning, on the first step, is.
+    """
+
+    def step(self, epoch=None) -> None:
+        if self._step_count != 1:  # torch checks the order on the first step only
+            return super().step(epoch)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of "
+                                    r"`lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+            return super().step(epoch)
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int,
-                    peak_lr: float):
-    return torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                             LrMultiplier(cfg, steps_per_epoch, peak_lr))
+                    peak_lr: float) -> StepSchedule:
+    return StepSchedule(optimizer, LrMultiplier(cfg, steps_per_epoch, peak_lr))
 
 
 def set_position(scheduler, step: int) -> None:
