@@ -292,6 +292,27 @@ def test_share_gpus_wraps_local_ranks_onto_the_visible_gpus(monkeypatch):
         parse_args(["--share-gpus", "x"], entry="nd")
 
 
+def test_sync_bn_is_torchs_over_nccl_and_the_cross_rank_layer_over_gloo():
+    """--sync-bn: torch's SyncBatchNorm (fused CUDA kernels) wherever NCCL carries the ranks;
+    CrossRankBatchNorm over gloo, where SyncBatchNorm cannot run: CPUs, and ranks sharing a
+    GPU (--share-gpus), whose CUDA tensors gloo can all-reduce but not all-gather. The run
+    record says which."""
+    from recipe.strategies.ddp import DDPStrategy
+    from recipe.syncbn import CrossRankBatchNorm
+
+    def layers(backend, sync_bn=True):
+        strategy = DDPStrategy(sync_bn=sync_bn)
+        strategy.backend = backend  # what setup_environment chose for the device
+        model = strategy._convert_module(torchvision.models.resnet18(num_classes=4))
+        kinds = {type(m) for m in model.modules()
+                 if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+        return kinds, strategy.sync_bn_layer()
+
+    assert layers("nccl") == ({torch.nn.SyncBatchNorm}, "SyncBatchNorm")
+    assert layers("gloo") == ({CrossRankBatchNorm}, "CrossRankBatchNorm")
+    assert layers("nccl", sync_bn=False) == ({torch.nn.BatchNorm2d}, None)
+
+
 def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch):
     """--deterministic: errors for nondeterministic ops (not warnings), deterministic cuDNN and
     the cuBLAS workspace setting that CUDA's deterministic matmuls need; a user's own cuBLAS

@@ -43,6 +43,9 @@ def test_nccl_options_train(extra, runs, images, saw):
     log = train(runs, name, "ddp_apex.py", [*SMALL, "--steps-per-epoch", "8", *extra, images],
                 nproc=RANKS)
     losses = finite_losses(log)
+    if "--sync-bn" in extra:  # torch's own, over NCCL (gloo, the CPU simulation: the fallback)
+        expected = "SyncBatchNorm" if expected_backend() == "nccl" else "CrossRankBatchNorm"
+        assert log["run"][0]["sync_bn"] == expected, log["run"][0]["sync_bn"]
     saw(f"{' '.join(extra)}: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 
 

@@ -24,10 +24,14 @@ def test_validation_during_training_scores_what_the_checkpoint_holds(runs, image
 
 
 def test_sync_batchnorm_trains(runs, images, saw):
+    """Ranks sharing one device talk over gloo, where torch's SyncBatchNorm cannot run: the
+    cross-rank layer does (an all-reduce, which gloo does for CUDA tensors too)."""
     log = train(runs, "ranks2-syncbn", "ddp.py", [*SMALL, *SHARED, "--sync-bn", images],
                 nproc=2)
     losses = finite_losses(log)
-    saw(f"2 ranks, SyncBatchNorm: {len(losses)} steps, loss {losses[-1]:.3f}")
+    layer = log["run"][0]["sync_bn"]
+    assert layer == "CrossRankBatchNorm", f"--sync-bn over gloo used {layer}"
+    saw(f"2 ranks, {layer}: {len(losses)} steps, loss {losses[-1]:.3f}")
 
 
 def preempt_and_resume(runs, name: str, script: str, args: list, nproc: int,

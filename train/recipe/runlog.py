@@ -8,7 +8,8 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
   kind="run"     first record (lifecycle.write_run_record): config (resolved), entry, strategy,
                  world_size, devices_per_process, backend, precision {opt_level, dtype,
                  loss_scaling}, global_batch, lr, num_classes, device, resumed_from, versions,
-                 hardware, argv, commit (of this repository);
+                 hardware, argv, commit (of this repository); process groups and Horovod add
+                 sync_bn (--sync-bn's layer: SyncBatchNorm, CrossRankBatchNorm, or null);
                  the engine adds steps_per_epoch and train_samples_per_rank; the parameter
                  server adds mode, workers, servers, shard_sizes (parameters per server),
                  push_dtype, slowdowns and split

@@ -1,11 +1,18 @@
-"""Cross-process BatchNorm that also runs on CPU (gloo).
+"""Cross-process BatchNorm over gloo: CPU ranks, and ranks sharing one GPU (`--share-gpus`).
 
-`torch.nn.SyncBatchNorm` only accepts GPU tensors, yet `--sync-bn` must work on a CPU-only box,
-and the nd-vs-DDP parity test needs BatchNorm over the *global* batch. Each rank computes its
-local mean and (centred) variance; one differentiable all-gather shares them, and the global
-statistics are combined with the parallel-variance formula. Autograd derives the backward pass
-(the all-gather's backward is a reduce-scatter of the gradients), which is what SyncBatchNorm's
-hand-written backward computes.
+`torch.nn.SyncBatchNorm` (fused CUDA kernels over NCCL) is what `--sync-bn` uses wherever it can
+run: one rank per GPU over NCCL. It refuses CPU tensors, and NCCL refuses two ranks on one GPU,
+yet `--sync-bn` must work on a CPU-only box and on a shared GPU, and the nd-vs-DDP parity test
+needs BatchNorm over the *global* batch. Here each rank computes its local mean and (centred)
+variance; one differentiable gather shares them, and the global statistics are combined with
+the parallel-variance formula. Autograd derives the backward pass (the gather's backward sums
+every rank's gradient of this rank's row), which is what SyncBatchNorm's hand-written backward
+computes.
+
+The gather is an all-reduce of a (world, 2C+1) table in which each rank fills its own row: gloo
+has no all-gather for CUDA tensors (a funcol all-gather of them crashed both ranks with SIGSEGV
+on an H100), but it all-reduces them. Adding zeros is exact, so the table is the gathered rows
+bit for bit.
 
 The naive E[x^2] - E[x]^2 over all-reduced sums is NOT used: in fp32 it cancels catastrophically
 once activations have a large mean, and the gradients drift away from single-process BatchNorm.
@@ -16,13 +23,31 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
 import torch.nn as nn
+
+
+class _GatherByAllReduce(torch.autograd.Function):
+    """(1, n) on each rank -> (world, n), row r from rank r; differentiable."""
+
+    @staticmethod
+    def forward(ctx, local: torch.Tensor) -> torch.Tensor:
+        ctx.rank = dist.get_rank()
+        rows = local.new_zeros((dist.get_world_size(), local.shape[1]))
+        rows[ctx.rank] = local[0]
+        dist.all_reduce(rows, op=dist.ReduceOp.SUM)
+        return rows
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        # Every rank's output holds this rank's row: its gradient is the sum over the ranks.
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rank:ctx.rank + 1]
 
 
 def _gather_over_world(local: torch.Tensor) -> torch.Tensor:
     """Every rank's row, concatenated along dim 0; differentiable (torch.distributed)."""
-    return funcol.all_gather_tensor_autograd(local, gather_dim=0, group=dist.group.WORLD)
+    return _GatherByAllReduce.apply(local)
 
 
 class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):

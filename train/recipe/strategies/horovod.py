@@ -162,7 +162,8 @@ class HorovodStrategy(Strategy):
 
     def describe(self) -> dict:
         backend = "nccl" if self.hvd.nccl_built() and self.device.type == "cuda" else "gloo"
-        return {**super().describe(), "backend": backend}
+        return {**super().describe(), "backend": backend,
+                "sync_bn": "CrossRankBatchNorm" if self.sync_bn else None}
 
     def explain_failure(self, err: BaseException) -> Optional[str]:
         if not hasattr(self, "hvd"):

@@ -92,12 +92,19 @@ class ProcessGroupStrategy(Strategy):
             self._peer_watch.start()
         return device
 
+    def sync_bn_layer(self) -> Optional[str]:
+        """With --sync-bn, BatchNorm statistics over the global batch instead of each rank's
+        slice: torch's SyncBatchNorm where it runs (NCCL, one rank per GPU), CrossRankBatchNorm
+        over gloo (CPUs, and ranks sharing a GPU, where SyncBatchNorm cannot run)."""
+        if not self.sync_bn:
+            return None
+        return "SyncBatchNorm" if self.backend == "nccl" else "CrossRankBatchNorm"
+
     def _convert_module(self, model: nn.Module) -> nn.Module:
-        if self.sync_bn:
-            # BatchNorm statistics over the global batch instead of each rank's slice.
-            # torch's SyncBatchNorm needs NCCL; CrossRankBatchNorm does the same over gloo.
-            if self.backend == "nccl":
-                return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        layer = self.sync_bn_layer()
+        if layer == "SyncBatchNorm":
+            return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        if layer == "CrossRankBatchNorm":
             return convert_to_cross_rank_bn(model)
         return model
 
@@ -123,7 +130,7 @@ class ProcessGroupStrategy(Strategy):
         dist.barrier()
 
     def describe(self) -> dict:
-        return {**super().describe(), "backend": self.backend}
+        return {**super().describe(), "backend": self.backend, "sync_bn": self.sync_bn_layer()}
 
     def explain_failure(self, err: BaseException) -> Optional[str]:
         text = str(err).strip()
