@@ -16,9 +16,18 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-import pytest
-import torch
-from PIL import Image
+# One compute thread in the test processes themselves too, as in every process they start (see
+# _env): two pytest workers with a thread per core each, beside the runs they start, leave
+# OpenMP's threads waiting on each other, and an in-process training test ran 4-10x slower than
+# with one thread. Set before torch is imported, so that processes forked from here (mp.spawn,
+# loader workers) inherit it; a value the caller set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
