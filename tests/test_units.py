@@ -495,3 +495,58 @@ def test_a_worker_slows_down_from_the_epoch_given(tmp_path, monkeypatch):
         trainer.close()
     assert [epoch for epoch, _ in slept] == [1, 1, 1]  # 3 steps per epoch
     assert all(seconds > 0 for _, seconds in slept)
+
+
+def test_the_default_loader_workers_are_every_core_but_one_per_process():
+    """-j -1 (the default): each process's share of the cores, one left for the process itself,
+    with no fixed cap (an H100 with 16 cores was fed 0.72x its training rate by 8 workers)."""
+    from recipe.data.pytorch import default_workers
+
+    assert [default_workers(1, cores=c) for c in (1, 2, 16, 64)] == [1, 1, 15, 63]
+    assert [default_workers(n, cores=16) for n in (2, 4, 8, 16, 32)] == [7, 3, 1, 1, 1]
+    assert default_workers(8, cores=128) == 15
+
+
+def test_a_run_that_waited_for_data_says_which_flag_helps():
+    """The note after the first epoch: silent under the threshold; above it, the share of the
+    epoch spent waiting and the fix for the backend and device."""
+    from recipe.advice import DATA_WAIT_SHARE, data_wait_note
+
+    assert data_wait_note(DATA_WAIT_SHARE * 0.9, "pytorch", 7, 8, "cuda") is None
+    gpu = data_wait_note(0.28, "pytorch", 7, 8, "cuda")
+    assert "28 % of the first epoch" in gpu and "-j 7" in gpu and "8 cores" in gpu
+    assert "--data-backend dali-gpu" in gpu
+    all_cores = data_wait_note(0.5, "pytorch", 15, 16, "cuda")
+    assert "every core but one" in all_cores and "--data-backend dali-gpu" in all_cores
+    cpu = data_wait_note(0.5, "pytorch", 1, 2, "cpu")
+    assert "dali-gpu" not in cpu and "--data-backend dali-cpu" in cpu
+    assert "--data-backend dali-gpu" not in data_wait_note(0.5, "dali-gpu", 3, 4, "cuda")
+
+
+def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_imagefolder, tmp_path,
+                                                                         monkeypatch, capsys):
+    """What the engine hands the note: the first epoch's share of time spent waiting for data,
+    the backend, the loader's -j and this process's cores; and it prints what comes back."""
+    from recipe import engine
+    from recipe.strategies import Strategy
+
+    calls = []
+
+    def note(share, backend, workers, cores, device_type):
+        calls.append((share, backend, workers, cores, device_type))
+        return "note: waited"
+
+    monkeypatch.setattr(engine, "data_wait_note", note)
+    cfg = parse_args([str(a) for a in ["-a", "resnet18", "--image-size", "32", "-b", "8", "-j",
+                                       "0", "-p", "1", "--epochs", "2", "--steps-per-epoch", "1",
+                                       "--logdir", tmp_path, tiny_imagefolder]])
+    trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
+    trainer.setup()
+    trainer.fit()
+    trainer.close()
+    assert len(calls) == 1
+    share, backend, workers, cores, device_type = calls[0]
+    assert 0 < share < 1 and (backend, workers, device_type) == ("pytorch", 0, "cpu")
+    assert cores >= 1
+    printed = [line for line in capsys.readouterr().out.splitlines() if "note: waited" in line]
+    assert len(printed) == 1

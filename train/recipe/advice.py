@@ -1,11 +1,12 @@
-"""What a GPU user is told when the run is set up in a way that wastes GPUs, and when a GPU runs
-out of memory: each line names the fix (the script, the flag, the number).
+"""What a user is told when the run is set up in a way that wastes GPUs, when a GPU runs out of
+memory, and when training waits for its data: each line names the fix (the script, the flag,
+the number).
 
 Plain functions of numbers, so that a machine without a GPU tests them.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 
 def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
@@ -41,3 +42,29 @@ def out_of_memory(first_line: str, batch_size: int, grad_accum: int, global_batc
     if opt_level == "O0":
         text += "; O1/O2 (half-precision activations) also need about half the memory of O0"
     return text + ". Continue from the last checkpoint with --resume auto."
+
+
+# A fed GPU waits for its next batch a few percent of the time at most; past this share of the
+# first epoch the loader, not the model, sets the pace.
+DATA_WAIT_SHARE = 0.10
+
+
+def data_wait_note(share: float, backend: str, workers: int, cores: int,
+                   device_type: str) -> Optional[str]:
+    """The note after the first epoch when this process waited for data for `share` of it
+    (`workers`: its -j; `cores`: its share of the machine's cores), else None."""
+    if share < DATA_WAIT_SHARE or backend == "synthetic":
+        return None
+    fixes = []
+    if workers < cores - 1:
+        fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
+    else:
+        fixes.append(f"-j {workers} already uses every core but one")
+    if device_type == "cuda" and backend != "dali-gpu":
+        fixes.append("decode on the GPU: --data-backend dali-gpu")
+    elif device_type != "cuda" and backend == "pytorch":
+        fixes.append("decode with DALI's CPU pipeline: --data-backend dali-cpu")
+    return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "
+            f"its loader ({backend}, -j {workers} on {cores} cores per process) is slower than "
+            f"training. {'; '.join(fixes)}")
+

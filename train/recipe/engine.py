@@ -15,10 +15,11 @@ from typing import Dict, Iterator, Optional
 import torch
 
 from . import checkpoint, lifecycle, summary
-from .advice import gpu_hints, out_of_memory
+from .advice import data_wait_note, gpu_hints, out_of_memory
 from .config import TrainConfig, UsageError, exit_on_usage_error
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
+from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import build_model
 from .optim import build_optimizer
@@ -54,6 +55,7 @@ class Trainer:
         self.samples_seen = 0  # training samples of the run so far, all processes
         self.resume_epoch_step = 0  # optimizer steps of self.epoch already done (mid-epoch resume)
         self.stop_signal = None  # set by SIGTERM / SIGUSR1 (preemption warning)
+        self._data_wait_told = False  # the note on waiting for data comes once per run
         self.log = RunLog(None, enabled=False)
 
     # === setup ===================================================================================
@@ -284,11 +286,13 @@ class Trainer:
         epoch_sums = dict.fromkeys(("count", "loss", "correct1", "correct5"), 0.0)
         batches = iter(self.train_loader)
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
+        epoch_data_time = 0.0
         last_logged = start
         slowdown = cfg.slowdown_in_epoch(self.slowdown, self.epoch)
         for epoch_step in range(start, self.steps_per_epoch):
             step_start = time.perf_counter()
-            data_time += self.train_step(batches, interval)
+            waited = self.train_step(batches, interval)
+            data_time, epoch_data_time = data_time + waited, epoch_data_time + waited
             if slowdown > 1:  # --worker-slowdown: this process emulates a slower device
                 time.sleep((slowdown - 1) * (time.perf_counter() - step_start))
 
@@ -317,6 +321,13 @@ class Trainer:
         self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
                        f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
+        if not self._data_wait_told:  # once, after the first epoch this run trains
+            self._data_wait_told = True
+            note = data_wait_note(epoch_data_time / max(epoch_time, 1e-9), cfg.backend,
+                                  self.train_loader.workers,
+                                  cores_per_process(strategy.local_world_size), self.device.type)
+            if note:
+                self.log.print(note)
         return {**stats, "img_s": img_s, "epoch_time": epoch_time}
 
     def train_step(self, batches: Iterator, meter: SumMeter) -> float:

@@ -5,6 +5,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -28,9 +29,10 @@ def cpu_cores() -> int:
     return os.cpu_count() or 1
 
 
-def cores_per_process(local_world: int) -> int:
-    """This process's share of the cores when `local_world` processes run on the machine."""
-    return max(1, cpu_cores() // max(local_world, 1))
+def cores_per_process(local_world: int, cores: Optional[int] = None) -> int:
+    """This process's share of the cores (`cores`, else those it may run on) when
+    `local_world` processes run on the machine."""
+    return max(1, (cores or cpu_cores()) // max(local_world, 1))
 
 
 def git_commit() -> str:

@@ -63,6 +63,7 @@ import torch
 
 from ..config import TrainConfig, UsageError
 from ..machine import cores_per_process
+from ..runlog import console
 from .augment import IMAGENET_MEAN, IMAGENET_STD, val_sizes
 from .dali_augment import apply_policy, random_erase
 from .folders import image_folders
@@ -147,6 +148,7 @@ class DaliLoader:
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
+        self.workers = threads  # what -j sets here
         self.seed = cfg.seed
         # --split by-class (parameter server): this worker's classes only
         subset = (shard.train_subset([label for _, label in samples])
@@ -327,7 +329,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         damaged = set(find_damaged([path for path, _ in dataset.samples], shard, threads))
         samples = [s for i, s in enumerate(dataset.samples) if i not in damaged]
         if shard.is_main and damaged:
-            print(f"note: {len(damaged)} file(s) under {dataset.root} are not complete JPEG/PNG "
-                  f"images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
+            console(f"note: {len(damaged)} file(s) under {dataset.root} are not complete "
+                    f"JPEG/PNG images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
         loaders.append(DaliLoader(samples, len(damaged), train, cfg, shard, device, threads))
     return loaders[0], loaders[1], len(train_set.classes)

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from typing import Optional
 
 import torch
 from torch.utils.data import DataLoader
@@ -51,6 +52,7 @@ class DeviceLoader:
         self.normalize = UInt8Normalizer(device, channels_last)
         self.num_samples = len(sampler)  # this rank's share of the dataset
         self.skipped = 0  # unreadable files met in the current pass (this rank)
+        self.workers = loader.num_workers
 
     def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
         """Select the epoch; `start_sample`: global samples of it already trained on."""
@@ -143,9 +145,11 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def default_workers(local_world: int) -> int:
-    """Loader processes per rank: the rank's share of the cores, one left for the rank itself."""
-    return max(1, min(8, cores_per_process(local_world) - 1))
+def default_workers(local_world: int, cores: Optional[int] = None) -> int:
+    """Loader processes per rank: the rank's share of the cores (`cores`, else those this
+    process may run on), one left for the rank itself. No fixed cap: JPEG decoding is what
+    limits a GPU's rate (8 workers fed an H100 0.72x of what it trains, 15 about 0.95x)."""
+    return max(1, cores_per_process(local_world, cores) - 1)
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):

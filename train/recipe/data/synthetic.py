@@ -18,6 +18,7 @@ class SyntheticLoader:
         self.num_samples = (size // world) if train else len(range(rank, size, world))
         self.batch_size, self.train, self.skipped, self.start = batch_size, train, 0, 0
         self.world = world
+        self.workers = 0  # nothing to load
         g = torch.Generator().manual_seed(seed * 31 + rank)
         images = torch.randn(batch_size, 3, image_size, image_size, generator=g)
         memory_format = torch.channels_last if channels_last else torch.contiguous_format
