@@ -183,6 +183,38 @@ def test_pretrained_of_another_architecture_is_refused(tmp_path):
         build_model("resnet50", num_classes=10, pretrained=str(tmp_path / "r18.pth"))
 
 
+def test_timm_architectures_by_name():
+    """-a timm/NAME builds timm's architecture (random weights, the run's class count); an
+    unknown name is refused with the names close to it; run dirs get no path separator."""
+    import timm
+
+    from recipe.models import arch_slug, build_model, load_command
+
+    model = build_model("timm/test_resnet", num_classes=4)
+    assert isinstance(model, timm.models.ResNet) and model.get_classifier().out_features == 4
+    with pytest.raises(UsageError, match="unknown architecture 'timm/resnet5000'.*resnet"):
+        build_model("timm/resnet5000", num_classes=4)
+    with pytest.raises(UsageError, match="timm/NAME"):
+        build_model("resnet5000", num_classes=4)
+    assert arch_slug("timm/test_resnet") == "timm-test_resnet"
+    assert load_command("timm/test_resnet", 4).startswith("timm.create_model('test_resnet'")
+
+
+def test_sync_bn_refuses_norm_layers_that_do_more_than_batchnorm():
+    """timm's BatchNormAct2d applies the activation too: converting it to a cross-rank
+    BatchNorm would drop the activation, so --sync-bn refuses such a model, and converts
+    models with plain BatchNorm (torchvision's, timm's ResNets)."""
+    from recipe.models import build_model
+    from recipe.strategies.ddp import DDPStrategy
+
+    strategy = DDPStrategy(sync_bn=True)
+    strategy.backend = "gloo"
+    with pytest.raises(UsageError, match="BatchNormAct2d"):
+        strategy._convert_module(build_model("timm/test_efficientnet", num_classes=4))
+    for arch in ("timm/test_resnet", "resnet18"):
+        strategy._convert_module(build_model(arch, num_classes=4))
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--dummy", "--dist-url", "tcp://x:23456"], "torchrun"),
     (["--dummy", "--multiprocessing-distributed"], "torchrun"),

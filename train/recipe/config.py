@@ -135,7 +135,9 @@ class TrainConfig:
 
     # --- model ----------------------------------------------------------------------------------
     arch: str = field(default="resnet50", metadata=opt(
-        MODEL, "-a", "--arch", help="torchvision model name, e.g. resnet18, resnet50"))
+        MODEL, "-a", "--arch",
+        help="torchvision model name, e.g. resnet18, resnet50; timm's as timm/NAME, e.g. "
+             "timm/resnet50d"))
     pretrained: Optional[str] = field(default=None, metadata=opt(
         MODEL, "--pretrained", help="path of a local weights file (state_dict) to start from"))
     zero_init_residual: bool = field(default=False, metadata=opt(

@@ -21,7 +21,7 @@ from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
 from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
-from .models import build_model
+from .models import arch_slug, build_model, load_command
 from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
@@ -171,7 +171,7 @@ class Trainer:
         return done // self.global_batch
 
     def _run_prefix(self) -> str:
-        return f"{self.entry}-{self.cfg.arch}-"
+        return f"{self.entry}-{arch_slug(self.cfg.arch)}-"
 
     def _open_run_dir(self, resume_state: Optional[dict]) -> None:
         cfg, strategy = self.cfg, self.strategy
@@ -273,8 +273,7 @@ class Trainer:
         if self.cfg.export_weights and self.strategy.is_main():
             checkpoint.export_weights(model_state, Path(self.cfg.export_weights))
             self.log.print(f"=> weights exported to {self.cfg.export_weights} (load them with "
-                           f"torchvision.models.get_model({self.cfg.arch!r}, num_classes="
-                           f"{self.num_classes}).load_state_dict(torch.load(...)))")
+                           f"{load_command(self.cfg.arch, self.num_classes)})")
 
     def train_one_epoch(self) -> Dict[str, float]:
         cfg, strategy = self.cfg, self.strategy

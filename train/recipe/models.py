@@ -1,6 +1,8 @@
-"""Models: torchvision architectures by name, optionally initialised from a local weights file."""
+"""Models: torchvision architectures by name (`-a resnet50`), or timm's (`-a timm/resnet50d`),
+optionally initialised from a local weights file."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -10,32 +12,77 @@ import torchvision
 
 from .config import UsageError
 
+# `-a timm/NAME`: NAME is one of timm's architectures (timm is installed for its optimizers).
+# Random initialisation, like torchvision's here; weights come from --pretrained FILE only.
+TIMM_PREFIX = "timm/"
+
 
 def available_archs() -> list:
     return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def arch_slug(arch: str) -> str:
+    """The architecture's name as a run directory's name holds it (no path separator)."""
+    return arch.replace("/", "-")
+
+
+def load_command(arch: str, num_classes: int) -> str:
+    """How to build the architecture to load exported weights into."""
+    if arch.startswith(TIMM_PREFIX):
+        return (f"timm.create_model({arch[len(TIMM_PREFIX):]!r}, num_classes={num_classes})"
+                ".load_state_dict(torch.load(...))")
+    return (f"torchvision.models.get_model({arch!r}, num_classes={num_classes})"
+            ".load_state_dict(torch.load(...))")
 
 
 def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None,
                 zero_init_residual: bool = False) -> nn.Module:
     """`zero_init_residual`: the last BatchNorm of each residual block starts at 0, so every
     block starts as the identity (Goyal et al.; timm's ResNets do it by default)."""
+    if arch.startswith(TIMM_PREFIX):
+        model = _timm_model(arch[len(TIMM_PREFIX):], num_classes, zero_init_residual)
+    else:
+        model = _torchvision_model(arch, num_classes, zero_init_residual)
+    if pretrained:
+        load_pretrained(model, Path(pretrained))
+    return model
+
+
+def _torchvision_model(arch: str, num_classes: int, zero_init_residual: bool) -> nn.Module:
     if arch not in available_archs():
         close = [a for a in available_archs() if a.startswith(arch[:4])][:8]
         raise UsageError(f"unknown architecture {arch!r}; torchvision classification models "
-                         f"include {close or available_archs()[:8]} (see torchvision.models)")
+                         f"include {close or available_archs()[:8]} (see torchvision.models), "
+                         f"and timm's are named {TIMM_PREFIX}NAME")
     extra = {"zero_init_residual": True} if zero_init_residual else {}
     try:
-        model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes,
-                                             **extra)
+        return torchvision.models.get_model(arch, weights=None, num_classes=num_classes,
+                                            **extra)
     except TypeError:
         if not extra:
             raise
         raise UsageError(f"--zero-init-residual: {arch} has no residual blocks of the kind it "
                          "applies to (torchvision's ResNet family: resnet*, resnext*, "
                          "wide_resnet*)") from None
-    if pretrained:
-        load_pretrained(model, Path(pretrained))
-    return model
+
+
+def _timm_model(name: str, num_classes: int, zero_init_residual: bool) -> nn.Module:
+    import timm
+
+    if not timm.is_model(name):
+        family = re.match(r"[^\d]*", name).group()  # resnet5000 -> resnet*
+        close = timm.list_models(f"{family}*")[:8] if family else []
+        raise UsageError(f"unknown architecture {TIMM_PREFIX + name!r}; timm's include "
+                         f"{close or timm.list_models()[:8]} (see timm.list_models())")
+    # timm's ResNets take zero_init_last (their default is on); other families do not
+    extra = {"zero_init_last": True} if zero_init_residual else {}
+    try:
+        return timm.create_model(name, pretrained=False, num_classes=num_classes, **extra)
+    except TypeError:
+        if not extra:
+            raise
+        raise UsageError(f"--zero-init-residual: {TIMM_PREFIX}{name} takes no zero_init_last "
+                         "(timm's ResNet family does, and zero-inits by default)") from None
 
 
 def load_pretrained(model: nn.Module, path: Path) -> None:

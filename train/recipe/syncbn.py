@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from .errors import UsageError
+
 
 class _GatherByAllReduce(torch.autograd.Function):
     """(1, n) on each rank -> (world, n), row r from rank r; differentiable."""
@@ -97,6 +99,23 @@ class CrossRankBatchNorm(nn.modules.batchnorm._BatchNorm):
             y = (y * self.weight.to(xf.dtype).view(shape)
                  + self.bias.to(xf.dtype).view(shape))
         return y.to(x.dtype)
+
+
+_PLAIN_BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+
+def check_plain_batchnorm(model: nn.Module) -> None:
+    """--sync-bn replaces each BatchNorm by a cross-rank one and keeps only its statistics and
+    affine parameters: a subclass that does more (timm's BatchNormAct2d also applies the
+    activation) would lose that silently, so such a model is refused."""
+    extended = sorted({type(m).__name__ for m in model.modules()
+                       if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                       and type(m) not in (*_PLAIN_BATCHNORM, CrossRankBatchNorm)})
+    if extended:
+        raise UsageError(f"--sync-bn: the model's norm layers {', '.join(extended)} do more "
+                         "than BatchNorm, and converting them would drop that; use a model "
+                         "with plain BatchNorm layers (torchvision's, timm's ResNets), or "
+                         "train without --sync-bn")
 
 
 def convert_to_cross_rank_bn(module: nn.Module,

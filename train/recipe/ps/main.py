@@ -14,7 +14,7 @@ import torch.distributed.rpc as rpc
 from .. import lifecycle
 from ..config import UsageError, exit_on_usage_error, parse_args
 from ..data import Shard, build_loaders
-from ..models import build_model
+from ..models import arch_slug, build_model
 from ..precision import Precision
 from ..registry import ENTRIES
 from ..strategies.base import pick_device
@@ -59,7 +59,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         build_model(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual))
     precision = Precision.from_config(cfg)  # the workers', as the run record describes it
     precision.bind(device, notice=lambda message: None)
-    prefix = f"{ENTRY}-{cfg.mode}-{cfg.arch}-"
+    prefix = f"{ENTRY}-{cfg.mode}-{arch_slug(cfg.arch)}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
         lifecycle.check_resume_matches(resume_state, arch=cfg.arch, num_classes=num_classes,

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from ..config import TrainConfig, UsageError
 from ..precision import Precision
-from ..syncbn import convert_to_cross_rank_bn
+from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy
 
 
@@ -96,6 +96,7 @@ class HorovodStrategy(Strategy):
         if self.sync_bn:
             # Horovod: BatchNorm statistics over the global batch, gathered by Horovod (the
             # statistics' gradients flow back to every rank).
+            check_plain_batchnorm(model)
             return convert_to_cross_rank_bn(model, gather=_HorovodGatherRows.apply)
         return model
 

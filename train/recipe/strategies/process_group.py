@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from ..peers import PeerWatch, end_process_now
 from ..precision import Precision
-from ..syncbn import convert_to_cross_rank_bn
+from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy
 
 
@@ -102,6 +102,8 @@ class ProcessGroupStrategy(Strategy):
 
     def _convert_module(self, model: nn.Module) -> nn.Module:
         layer = self.sync_bn_layer()
+        if layer:
+            check_plain_batchnorm(model)
         if layer == "SyncBatchNorm":
             return nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if layer == "CrossRankBatchNorm":
