@@ -52,7 +52,7 @@ phase() {
 
 install_slurm() {
   if command -v sbatch >/dev/null; then
-    echo "SLURM is installed: $(sbatch --version)"
+    echo "SLURM is installed ($(command -v sbatch))"
   elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge
