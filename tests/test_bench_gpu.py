@@ -18,8 +18,8 @@ from conftest import proc_stat, run_tool
 
 from bench import gpu
 
-TINY = ["--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4", "--steps", "2",
-        "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
+TINY = ["--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32", "-b", "4",
+        "--steps", "2", "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
 
 
 @pytest.mark.slow
@@ -91,8 +91,8 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
 @pytest.mark.slow
 def test_strict_exits_1_when_a_target_is_missed(tmp_path):
     record_path = tmp_path / "r.json"
-    proc = run_tool("gpu", "--device", "cpu", "-a", "resnet18", "--image-size", "32", "-b", "4",
-                    "--steps", "1", "--warmup", "0", "--repeats", "1", "--amp-dtype",
+    proc = run_tool("gpu", "--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32",
+                    "-b", "4", "--steps", "1", "--warmup", "0", "--repeats", "1", "--amp-dtype",
                     "bfloat16", "--only", "O1-bf16", "--strict",
                     "--target", "engine_bare=1e9", "--json", record_path, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, assert_resume_is_exact, records, run_script
+from conftest import TINY, assert_resume_is_exact, first_conv_weight, records, run_script
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -27,7 +27,7 @@ def test_mixed_precision_resume_is_bit_identical(tiny_imagefolder, tmp_path, scr
     args = SHORT + ["--opt-level", level, "--amp-dtype", dtype]
     state = assert_resume_is_exact(lambda argv: run_script(script, argv, nproc=nproc), args,
                                    tiny_imagefolder, tmp_path)
-    conv = state["model"]["conv1.weight"]
+    conv = first_conv_weight(state["model"])
     assert conv.dtype == torch.float32  # O2 saves the masters, not the half model
     if level == "O2":
         assert not torch.equal(conv, conv.to(torch.bfloat16).float())

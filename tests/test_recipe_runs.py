@@ -13,7 +13,7 @@ from conftest import REPO, TINY, assert_resume_is_exact, records, run_script, we
 PRESETS = sorted((REPO / "recipes").glob("*.toml"))
 # A preset scaled down to the tiny set: small model, crops and batch, 9 one-step epochs (longer
 # than every preset's warm-up), fp32 so that the time does not depend on the CPU's bf16.
-SCALED_DOWN = ["-a", "resnet18", "-b", "8", "--epochs", "9", "--steps-per-epoch", "1",
+SCALED_DOWN = ["-a", TINY[1], "-b", "8", "--epochs", "9", "--steps-per-epoch", "1",
                "--train-crop-size", "32", "--val-resize-size", "36", "--val-crop-size", "32",
                "--opt-level", "O0", "-j", "1", "-p", "1"]
 

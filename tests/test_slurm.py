@@ -152,7 +152,7 @@ def test_single_node_batch_script_trains_with_two_processes(slurm, tiny_imagefol
     assert (ckpt["epoch"], ckpt["step"], ckpt["world_size"]) == (1, 3, 2)
 
     assert re.search(rf"nodes: node\d; 2 process\(es\) per node; run dir {run_dir}\n", text), text
-    assert "resnet18 on 2 process(es)" in text, text
+    assert f"{TINY[1]} on 2 process(es)" in text, text
     assert "run ended: finished" in text, text
 
 

@@ -3,7 +3,7 @@ Skipped, saying so, where DALI is not installed."""
 import pytest
 import torch
 
-from .gpu_tier import DEVICE, SIMULATED, SMALL, finite_losses, need, train
+from .gpu_tier import ARCH, DEVICE, SIMULATED, SMALL, finite_losses, need, train
 
 WHY = "pip install nvidia-dali-cuda130 (or carry its wheels to an offline machine)"
 
@@ -31,7 +31,7 @@ def test_dali_batches_match_the_pytorch_loaders(images, saw):
     backends = ["pytorch", "dali-cpu"] + ([] if SIMULATED else ["dali-gpu"])
     batches = {}
     for backend in backends:
-        cfg = parse_args(["-a", "resnet18", "--image-size", "64", "-b", "16", "-j", "2",
+        cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2",
                           "--data-backend", backend, "--channels-last", str(images)])
         train_loader, val_loader, _ = build_loaders(cfg, Strategy().data_shard(), device)
         try:

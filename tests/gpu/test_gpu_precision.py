@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from .gpu_tier import BATCH, DEVICE, IMAGE, SHARED, SMALL, finite_losses, train
+from .gpu_tier import ARCH, BATCH, DEVICE, IMAGE, SHARED, SMALL, finite_losses, train
 
 LEVELS = [("O0", "float32")] + [(level, dtype) for level in ("O1", "O2", "O3")
                                 for dtype in ("float16", "bfloat16")]
@@ -40,7 +40,7 @@ def test_o2_keeps_half_weights_fp32_batchnorm_and_fp32_masters(tmp_path, saw):
     from recipe.metrics import SumMeter
     from recipe.strategies import Strategy
 
-    cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", IMAGE, "-b", BATCH,
+    cfg = parse_args(["--dummy", "-a", ARCH, "--image-size", IMAGE, "-b", BATCH,
                       "--opt-level", "O2", "--amp-dtype", "float16", "--device", DEVICE,
                       "--logdir", str(tmp_path), "--run-name", "o2",
                       "--synthetic-train-size", "64", "--synthetic-val-size", "16"])
