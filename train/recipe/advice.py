@@ -67,4 +67,3 @@ def data_wait_note(share: float, backend: str, workers: int, cores: int,
     return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "
             f"its loader ({backend}, -j {workers} on {cores} cores per process) is slower than "
             f"training. {'; '.join(fixes)}")
-
