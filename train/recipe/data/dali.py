@@ -148,7 +148,6 @@ class DaliLoader:
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
-        self.workers = threads  # what -j sets here
         self.seed = cfg.seed
         # --split by-class (parameter server): this worker's classes only
         subset = (shard.train_subset([label for _, label in samples])
@@ -314,6 +313,11 @@ class DaliLoader:
             self._delivered += 1
             yield images, targets
         self._ended = True
+
+    @property
+    def workers(self) -> int:
+        """What -j set here: DALI's threads."""
+        return self.threads
 
     def close(self) -> None:
         self._batches = None  # releases the pipeline and its threads
