@@ -38,8 +38,15 @@ TESTS = REPO / "tests"
 # 0.3 s in fp32 but 4-5 s in float16 (emulated on every CPU) and in bfloat16 where the CPU lacks
 # it natively; test_resnet's costs 0.02 s and 0.1-0.2 s. torchvision's ResNets train in the
 # tests that name them (RESNET18 below) and in launch/smoke_oldest.sh.
-TINY = ["-a", "timm/test_resnet", "--image-size", "32", "-j", "1", "-p", "1"]
-RESNET18 = ["-a", "resnet18", "--image-size", "32", "-j", "1", "-p", "1"]
+#
+# They load in the training process (-j 0): a loader worker is forked from a fork server that
+# imports torch and torchvision once per rank, about 4 s of CPU per rank and run, and most tests
+# are about something else. The tests of what workers change (signals, restarts, validation
+# shards, the showcase run) add LOADER_WORKERS; each sample's augmentation has its own seed, so
+# -j does not change a run's numbers.
+TINY = ["-a", "timm/test_resnet", "--image-size", "32", "-j", "0", "-p", "1"]
+RESNET18 = ["-a", "resnet18", "--image-size", "32", "-j", "0", "-p", "1"]
+LOADER_WORKERS = ["-j", "1"]
 
 # A CPU without native bfloat16 (AVX2 only), on any x86 CPU: oneDNN and ATen held to AVX2, as
 # RESULTS' AVX2 rows are measured. A test that needs the bf16-emulating case forces it with this.

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes, proc_stat, read_jsonl,
-                      records, run_script, start_script)
+from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
+                      proc_stat, read_jsonl, records, run_script, start_script)
 from recipe.strategies import free_port
 
 
@@ -48,7 +48,8 @@ def _runs_after(log, start: int):
 
 
 # --- crashes and preemption under torchrun -------------------------------------------------------
-DDP_RUN = TINY + ["-b", "4", "--epochs", "2", "--lr-steps", "1", "--checkpoint-every", "3",
+# With loader workers: what a signal or a killed rank does to them is part of the check.
+DDP_RUN = TINY + LOADER_WORKERS + ["-b", "4", "--epochs", "2", "--lr-steps", "1", "--checkpoint-every", "3",
                   "--seed", "5"]
 
 
@@ -143,8 +144,8 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     that takes its pipeline's random state, restored inside the epoch."""
     if backend.startswith("dali"):
         pytest.importorskip("nvidia.dali")
-    common = TINY + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--logdir", tmp_path,
-                     "--seed", "4", "--data-backend", backend]
+    common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1",
+                                      "--logdir", tmp_path, "--seed", "4", "--data-backend", backend]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
     proc = start_script("nd.py", common + ["--run-name", "cut", tiny_imagefolder])

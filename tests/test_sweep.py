@@ -8,7 +8,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import REPO, run_tool
+from conftest import REPO, TINY, run_tool
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -122,7 +122,7 @@ def test_quick_sweep_draws_and_prints_its_block_and_leaves_results_md_alone(tmp_
 
 
 def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
-    out = _run("ps", "--quick", "--only", "esync", "--out", tmp_path / "ps").stdout
+    out = _run("ps", "--quick", "--only", "esync", "-a", TINY[1], "--out", tmp_path / "ps").stdout
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
         # the figures go beside the runs unless --figures says otherwise
         assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
@@ -160,9 +160,9 @@ def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path
     from bench import esync
 
     out, figures = tmp_path / "esync", tmp_path / "fig"
-    proc = _run("esync", "--quick", "--splits", "by-class", "--variants", "sync",
-                "async-staleness", "esync-normalized", "--out", out, "--figures", figures,
-                timeout=600)
+    proc = _run("esync", "--quick", "-a", TINY[1], "--splits", "by-class", "--variants",
+                "sync", "async-staleness", "esync-normalized", "--out", out,
+                "--figures", figures, timeout=600)
     assert (figures / "esync_study.png").stat().st_size > 10_000
     rows = {(r["split"], r["mode"]): r for r in esync.compare(out)}
     assert set(rows) == {("by-class", m) for m in ("sync", "async-staleness",

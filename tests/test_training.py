@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import NO_NATIVE_BF16, RESNET18, TINY, records, run_script
+from conftest import LOADER_WORKERS, NO_NATIVE_BF16, RESNET18, TINY, records, run_script
 
 
 def _weights(path):
@@ -67,7 +67,7 @@ def test_distributed_validation_is_exact(tiny_imagefolder, tmp_path, backend, np
     run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--logdir", tmp_path,
                                 "--run-name", "trained", tiny_imagefolder])
     ckpt = tmp_path / "trained/checkpoint.pth"
-    evaluate = TINY + ["-e", "--resume", ckpt, "-b", "6", "--logdir", tmp_path,
+    evaluate = TINY + LOADER_WORKERS + ["-e", "--resume", ckpt, "-b", "6", "--logdir", tmp_path,
                        "--data-backend", backend]
     run_script("nd.py", evaluate + ["--run-name", "val1", tiny_imagefolder])
     run_script("ddp.py", evaluate + ["--run-name", "valN", tiny_imagefolder], nproc=nproc)
@@ -101,9 +101,9 @@ def test_ddp_apex_on_two_cpu_processes_runs_bf16_and_logs_jsonl_and_tensorboard(
     finite losses, throughput per process, exact validation counts and TensorBoard events.
     (Whether training learns is checked in float64 by tests/test_parity.py.) On a CPU without
     native bf16, forced here whatever the CPU, the run's first line is a note saying so."""
-    proc = run_script("ddp_apex.py", TINY + ["-b", "8", "--epochs", "2", "--steps-per-epoch",
-                                             "3", "--logdir", tmp_path, "--run-name", "amp",
-                                             tiny_imagefolder], nproc=2, env=NO_NATIVE_BF16)
+    proc = run_script("ddp_apex.py", TINY + LOADER_WORKERS + [
+        "-b", "8", "--epochs", "2", "--steps-per-epoch", "3", "--logdir", tmp_path,
+        "--run-name", "amp", tiny_imagefolder], nproc=2, env=NO_NATIVE_BF16)
     _assert_progress_lines(proc.stdout, epochs=2, steps=3)
     notes = [line for line in proc.stdout.splitlines() if "no native bfloat16" in line]
     assert len(notes) == 1 and "  note: this CPU has no native bfloat16" in notes[0], proc.stdout

@@ -40,7 +40,11 @@ ARCH = "timm/test_resnet" if SIMULATED else "resnet18"
 IMAGE = "32" if SIMULATED else "64"
 BATCH = "8" if SIMULATED else "16"
 STEPS = "3" if SIMULATED else "6"
-SMALL = ["-a", ARCH, "--image-size", IMAGE, "-b", BATCH, "-j", "2", "-p", "1",
+# Loader workers on a GPU, as users run it; the simulation loads in the trainer, which spares
+# each rank a fork server that imports torch and torchvision (the CPU tests of loader workers
+# are in tests/test_fault_tolerance.py and tests/test_training.py).
+WORKERS = "0" if SIMULATED else "2"
+SMALL = ["-a", ARCH, "--image-size", IMAGE, "-b", BATCH, "-j", WORKERS, "-p", "1",
          "--epochs", "1", "--steps-per-epoch", STEPS, "--device", DEVICE]
 # Two ranks on the tier's one device: on a GPU, --share-gpus (gloo carries the CUDA tensors,
 # since NCCL refuses two ranks on one GPU); on the CPU it changes nothing.

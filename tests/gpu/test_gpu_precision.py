@@ -7,7 +7,8 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from .gpu_tier import ARCH, BATCH, DEVICE, IMAGE, SHARED, SMALL, finite_losses, train
+from .gpu_tier import (ARCH, BATCH, DEVICE, IMAGE, SHARED, SMALL, WORKERS, finite_losses,
+                       train)
 
 LEVELS = [("O0", "float32")] + [(level, dtype) for level in ("O1", "O2", "O3")
                                 for dtype in ("float16", "bfloat16")]
@@ -125,7 +126,7 @@ def test_float16_overflow_on_one_rank_skips_the_step_on_every_rank(level, saw):
 
 
 def test_powersgd_under_float16_loss_scaling_keeps_learning(runs, images, saw):
-    args = [*SMALL[:4], "-b", BATCH, "-j", "2", "-p", "1", "--epochs", "1",
+    args = [*SMALL[:4], "-b", BATCH, "-j", WORKERS, "-p", "1", "--epochs", "1",
             "--steps-per-epoch", "8", "--device", DEVICE, *SHARED, "--opt-level", "O1",
             "--amp-dtype", "float16", "--ddp-comm-hook", "powersgd", "--powersgd-start-step",
             "2", images]

@@ -2,8 +2,8 @@
 exact validation, SyncBatchNorm, preemption and resume."""
 import signal
 
-from .gpu_tier import (BATCH, DEVICE, SHARED, SMALL, Run, finite_losses, read_log, train,
-                       wait_for_step)
+from .gpu_tier import (BATCH, DEVICE, SHARED, SMALL, WORKERS, Run, finite_losses, read_log,
+                       train, wait_for_step)
 
 
 def test_validation_during_training_scores_what_the_checkpoint_holds(runs, images, saw):
@@ -54,7 +54,7 @@ def preempt_and_resume(runs, name: str, script: str, args: list, nproc: int,
 
 
 def test_preempted_ranks_resume_where_they_stopped(runs, images, saw):
-    args = [*SMALL[:4], "-b", BATCH, "-j", "2", "--epochs", "1", "--steps-per-epoch", "10",
+    args = [*SMALL[:4], "-b", BATCH, "-j", WORKERS, "--epochs", "1", "--steps-per-epoch", "10",
             "--device", DEVICE, *SHARED, images]
     stopped = preempt_and_resume(runs, "ranks2-preempt", "ddp.py", args, nproc=2)
     steps = len(read_log(runs / "ranks2-preempt")["train"])

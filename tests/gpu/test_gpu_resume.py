@@ -2,7 +2,7 @@
 uninterrupted run ends."""
 import torch
 
-from .gpu_tier import BATCH, DEVICE, SMALL, train
+from .gpu_tier import BATCH, DEVICE, SMALL, WORKERS, train
 from .test_gpu_ranks import preempt_and_resume
 
 
@@ -17,7 +17,7 @@ def _same(a, b) -> bool:
 
 
 def test_o2_float16_resume_is_bit_exact(runs, images, saw):
-    args = [*SMALL[:4], "-b", BATCH, "-j", "2", "--epochs", "2", "--steps-per-epoch", "5",
+    args = [*SMALL[:4], "-b", BATCH, "-j", WORKERS, "--epochs", "2", "--steps-per-epoch", "5",
             "--device", DEVICE, "--opt-level", "O2", "--amp-dtype", "float16",
             "--deterministic", "--seed", "3", images]
     train(runs, "o2-straight", "nd.py", [*args, "-p", "1"])
