@@ -156,10 +156,16 @@ def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
     return 0
 
 
+# How long a graceful RPC shutdown waits for the other processes. Unbounded (torch's default), a
+# worker whose peer died while the run was ending (after the server had taken note and left
+# without the graceful barrier) waited for the barrier forever.
+GRACEFUL_SHUTDOWN_S = 30.0
+
+
 def _shutdown(graceful: bool) -> None:
     if graceful:
         try:
-            rpc.shutdown(graceful=True)
+            rpc.shutdown(graceful=True, timeout=GRACEFUL_SHUTDOWN_S)
             return
         except Exception as err:  # a peer left early: nothing more to say to it
             print(f"note: RPC shutdown: {str(err).splitlines()[0][:200]}", flush=True)
