@@ -2,10 +2,10 @@
 # CPU throughput of the strategies on this machine, for RESULTS.md: nd (all cores, and one core)
 # vs DDP on 2 processes x 1 thread (weak scaling: -b per process), fp32 vs bf16, synthetic data
 # (compute only) and the generated JPEG dataset (with the input pipeline). Then prints the table
-# (bench/summarize.py, from the runs' logs). The last two runs hold oneDNN and ATen to AVX2, which
+# (imagenet_recipes/bench/summarize.py, from the runs' logs). The last two runs hold oneDNN and ATen to AVX2, which
 # is how a CPU without native bf16 (no AVX512-BF16/AMX) runs: where bf16 is emulated, O1 is far
 # slower than fp32. To keep the measurement for RESULTS.md:
-#   launch/env.sh python -m bench.regenerate --archive runs/bench-cpu-<stamp> cpu
+#   launch/env.sh python -m imagenet_recipes.bench.regenerate --archive runs/bench-cpu-<stamp> cpu
 #
 #   bash launch/bench_cpu.sh            # ~12 minutes on a 2-core box
 set -euo pipefail
@@ -31,4 +31,4 @@ OMP_NUM_THREADS=1 run $T torchrun --standalone --nproc_per_node=2 train/ddp.py "
 avx2=(env ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1)
 run "${avx2[@]}" $T torchrun --standalone --nproc_per_node=2 train/ddp.py "${common[@]}" "${synthetic[@]}" --steps-per-epoch 25 --run-name ddp-2x1thread-fp32-synthetic-avx2
 run "${avx2[@]}" $T torchrun --standalone --nproc_per_node=2 train/ddp_apex.py "${common[@]}" "${synthetic[@]}" --steps-per-epoch 4 -p 2 --opt-level O1 --amp-dtype bfloat16 --run-name ddp-2x1thread-O1bf16-synthetic-avx2
-$T python -m bench.summarize "$out"/*
+$T python -m imagenet_recipes.bench.summarize "$out"/*

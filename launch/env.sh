@@ -3,22 +3,33 @@
 #
 #   launch/env.sh python -m pytest -q
 #   launch/env.sh torchrun --nproc_per_node=2 train/ddp.py ...
-#   launch/env.sh python -m bench.sweep --dry-run
+#   launch/env.sh python -m imagenet_recipes.bench.sweep --dry-run
 #
 # The virtualenv lives outside the repository, keyed by the hash of requirements.txt, so a fresh
-# clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one.
-# RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python as is.
+# clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one; the
+# clone is installed in it in editable mode (the imagenet_recipes package, pyproject.toml).
+# RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python with
+# its own packages, and installs the clone in it (editable, no dependencies) if it is not.
 # RECIPES_REQUIREMENTS=FILE (relative to the repository, or absolute) builds and uses the venv of
 # another requirements file instead, keyed by its own hash: requirements-oldest.txt is the oldest
 # supported torch/torchvision (launch/smoke_oldest.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The engine package (train/recipe) and the tools (bench/) import as plain packages:
-# `python -m bench.sweep` from anywhere, and `import recipe` in a tool, with no path edits in code.
-export PYTHONPATH="$repo/train:$repo${PYTHONPATH:+:$PYTHONPATH}"
+# install_clone PYTHON: this clone into PYTHON's environment, editable (`pip install -e`), so that
+# the entry scripts and `python -m imagenet_recipes.bench.<tool>` import it from any folder.
+# No dependencies: the environment has them (requirements.txt, or the user's own). setuptools
+# comes from the registry unless the environment has it (a machine without a registry).
+install_clone() {
+  echo "launch/env.sh: installing $repo into $("$1" -c 'import sys; print(sys.prefix)')" >&2
+  "$1" -m pip install --quiet --no-deps --no-build-isolation -e "$repo" 2>/dev/null \
+    || "$1" -m pip install --quiet --no-deps -e "$repo"
+}
 
 if [ "${RECIPES_VENV:-}" = "system" ]; then
+  # the current python as it is, with this clone installed in it once
+  installed="$(python -c 'import imagenet_recipes, os; print(os.path.dirname(os.path.dirname(imagenet_recipes.__file__)))' 2>/dev/null || true)"
+  [ "$installed" = "$repo" ] || install_clone python
   exec "$@"
 fi
 
@@ -45,21 +56,43 @@ build() {
   touch "$venv/.complete"
 }
 
-if [ ! -f "$venv/.complete" ]; then
+# The environment is shared by every clone on the machine (keyed by the requirements, not the
+# clone); the clone installed in it is the one named in $venv/.clone, and another clone's first
+# command installs itself in its place.
+ready() {
+  [ -f "$venv/.complete" ] && [ "$(cat "$venv/.clone" 2>/dev/null)" = "$repo" ]
+}
+
+prepare() {
+  [ -f "$venv/.complete" ] || build
+  if [ "$(cat "$venv/.clone" 2>/dev/null)" != "$repo" ]; then
+    install_clone "$venv/bin/python"
+    echo "$repo" > "$venv/.clone"
+  fi
+}
+
+if ! ready; then
   mkdir -p "$(dirname "$venv")"
   if command -v flock >/dev/null; then
     # Several processes may get here at once (every node of a SLURM job, on a shared home):
     # one builds the environment while the others wait for it, then use it.
     exec 9>"$venv.lock"
     flock 9
-    [ -f "$venv/.complete" ] || build
+    ready || prepare
     flock -u 9
     exec 9>&-
   else
-    build
+    prepare
   fi
 fi
 
+# The commands a run prints for the user to type ("evaluate it: ...") start with this script,
+# named as from the user's folder (imagenet_recipes/summary.py)
+if [ "$PWD" = "$repo" ]; then
+  export RECIPES_ENV_SH=launch/env.sh
+else
+  export RECIPES_ENV_SH="$repo/launch/env.sh"
+fi
 export PATH="$venv/bin:$PATH"
 export VIRTUAL_ENV="$venv"
 exec "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU tier (tests/gpu/) in groups, on a machine with a CUDA GPU, with the Python found there:
-# nothing is installed, so it works on a machine without internet.
+# nothing is downloaded, so it works on a machine without internet.
 #
 #   bash launch/gpu_check.sh --probe                  # what this machine has, what will be skipped
 #   bash launch/gpu_check.sh --out DIR entries precision   # some groups; the record into DIR
@@ -14,9 +14,10 @@
 #
 # DIR receives checks.jsonl (a line describing the machine, then one line per finished check,
 # written as each finishes), output.log (the runs' output) and runs.jsonl (their log records); no
-# checkpoints. `launch/env.sh python -m bench.regenerate --archive DIR gpu-tier`, back on the
-# development machine, keeps checks.jsonl in results/gpu-tier/ and writes RESULTS.md's block. Exit status: 0 when no check failed, 1 when one did, 2 on bad arguments or
-# when no CUDA GPU is visible.
+# checkpoints. `launch/env.sh python -m imagenet_recipes.bench.regenerate --archive DIR gpu-tier`,
+# back on the development machine, keeps checks.jsonl in results/gpu-tier/ and writes RESULTS.md's
+# block. Exit status: 0 when no check failed, 1 when one did, 2 on bad arguments or when no CUDA
+# GPU is visible.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +30,7 @@ while [ $# -gt 0 ]; do
     --cpu) device=cpu; shift ;;
     --probe) probe=1; shift ;;
     --list) printf '%s\n' "${all_groups[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) if [[ " ${all_groups[*]} " != *" $1 "* ]]; then
          echo "gpu_check: unknown group $1; groups: ${all_groups[*]}" >&2; exit 2
@@ -39,15 +40,27 @@ while [ $# -gt 0 ]; do
 done
 [ ${#groups[@]} -gt 0 ] || groups=("${all_groups[@]}")
 
-# The Python that has torch: $PYTHON, else python3 on PATH, else the project's environment
-# (launch/env.sh) when it has been built already. Never an install.
+# The Python that has torch: $PYTHON, else python3 on PATH (launch/env.sh's environment when run
+# through it). Nothing is downloaded: where this clone's package is not installed in that
+# Python's environment yet, it is installed from the clone (editable, no dependencies), which
+# needs setuptools there, as pip's own.
 python="${PYTHON:-python3}"
 if ! "$python" -c "import torch" 2>/dev/null; then
   echo "gpu_check: $python cannot import torch; set PYTHON=/path/to/python (torch >= 2.11 with" \
        "CUDA, torchvision, tensorboard, pytest)" >&2
   exit 2
 fi
-export PYTHONPATH="$PWD/train:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+installed="$("$python" -c 'import imagenet_recipes, os
+print(os.path.dirname(os.path.dirname(imagenet_recipes.__file__)))' 2>/dev/null)"
+if [ "$installed" != "$PWD" ]; then
+  echo "gpu_check: installing $PWD into $python's environment (pip install -e, no dependencies)"
+  if ! "$python" -m pip install --quiet --no-deps --no-build-isolation -e . >&2; then
+    echo "gpu_check: could not install the package; run, with that python: pip install" \
+         "--no-deps --no-build-isolation -e .  (pip may want --break-system-packages for a" \
+         "system Python)" >&2
+    exit 2
+  fi
+fi
 
 "$python" - "$device" <<'EOF'
 import importlib.util, sys

@@ -78,6 +78,9 @@ def tiny_imagefolder(tmp_path_factory) -> Path:
 
 def _env() -> dict:
     env = dict(os.environ)
+    # runs as a user of their own environment starts them, not through launch/env.sh (its own
+    # test is in tests/test_env_sh.py)
+    env.pop("RECIPES_ENV_SH", None)
     env["OMP_NUM_THREADS"] = "1"  # 2 cores: one compute thread per process
     env["PYTHONWARNINGS"] = "ignore"
     # A run that hangs is stopped with SIGABRT first (see run_script): every Python process of
@@ -88,14 +91,11 @@ def _env() -> dict:
 
 def run_tool(tool: str, *args, timeout: int = 300,
              env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    """`python -m bench.<tool> ARGS` from the repository root, as a user runs it, with train/
-    and the root on PYTHONPATH as launch/env.sh sets them (pytest.ini's pythonpath reaches
-    only the test process itself)."""
-    inherited = os.environ.get("PYTHONPATH")
-    path = os.pathsep.join([str(TRAIN), str(REPO)] + ([inherited] if inherited else []))
-    return subprocess.run([sys.executable, "-m", f"bench.{tool}", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**_env(), "PYTHONPATH": path, **(env or {})})
+    """`python -m imagenet_recipes.bench.<tool> ARGS` from the repository root, as a user runs
+    it (the package is installed in the environment: launch/env.sh, or pip install -e .)."""
+    return subprocess.run([sys.executable, "-m", f"imagenet_recipes.bench.{tool}",
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, env={**_env(), **(env or {})})
 
 
 def script_command(script: str, args: List, nproc: int = 0,
@@ -112,10 +112,9 @@ def script_command(script: str, args: List, nproc: int = 0,
 def traced(script: str, trace_dir: Path) -> Tuple[List[str], dict]:
     """(argv prefix, environment) that run train/<script> under tests/sample_trace.py, which
     writes every training sample index the run is given into files under `trace_dir`. Prefix
-    the argv with `python` or `torchrun ... ` (it starts with `-m`)."""
+    the argv with `python` or `torchrun ... `."""
     trace_dir.mkdir(parents=True, exist_ok=True)
-    env = {**_env(), "PYTHONPATH": os.pathsep.join([str(TESTS), str(TRAIN)])}
-    return ["-m", "sample_trace", str(trace_dir), str(TRAIN / script)], env
+    return [str(TESTS / "sample_trace.py"), str(trace_dir), str(TRAIN / script)], _env()
 
 
 def traced_samples(trace_dir: Path, epoch: int = 0) -> List[int]:

@@ -5,13 +5,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+import torch
+import torch.nn as nn
 
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-
-from recipe.precision import Precision  # noqa: E402
-from recipe.strategies import HorovodStrategy  # noqa: E402
+from imagenet_recipes.precision import Precision
+from imagenet_recipes.strategies import HorovodStrategy
 
 
 def main(out_dir: Path) -> None:

@@ -1,20 +1,15 @@
-"""Run as an entry script is run (`python tests/loader_server_probe.py`, no PYTHONPATH; it puts
-train/ first on sys.path as `python train/x.py` has it put there): starts the loader workers'
-fork server the way the entry scripts do, then asks a process forked from it which of the
-modules a loader worker needs it already holds. Prints them, one per line, as `name yes|no`."""
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-
+"""Run as an entry script is run (`python tests/loader_server_probe.py`, no PYTHONPATH, the
+package imported from where it is installed): starts the loader workers' fork server the way
+the entry scripts do, then asks a process forked from it which of the modules a loader worker
+needs it already holds. Prints them, one per line, as `name yes|no`."""
 if __name__ == "__main__":
-    from recipe.config import parse_args
-    from recipe.data.loader_server import loader_worker_context, start_loader_server
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data.loader_server import loader_worker_context, start_loader_server
 
     start_loader_server(parse_args(["-j", "2", "data"], entry="nd"))
     pool = loader_worker_context().Pool(1)
     try:
-        for name in ("recipe.data.pytorch", "torch", "torchvision"):
+        for name in ("imagenet_recipes.data.pytorch", "torch", "torchvision"):
             held = pool.apply(eval, (f"__import__('sys').modules.get({name!r}) is not None",))
             print(name, "yes" if held else "no", flush=True)
     finally:

@@ -1,7 +1,7 @@
 """Runs an entry script with every training sample index its sampler hands out appended to a
 file, so a test can count what a run (or an interrupted and resumed pair of runs) trained on:
 
-    python -m sample_trace OUT_DIR train/ddp.py ARGS...          (or under torchrun -m)
+    python tests/sample_trace.py OUT_DIR train/ddp.py ARGS...     (or under torchrun)
 
 Use -j 0: DataLoader worker processes prefetch indices ahead of training; without them the
 sampler is read one batch at a time, exactly as the steps consume it.
@@ -10,7 +10,7 @@ import os
 import runpy
 import sys
 
-from recipe.data import sampling
+from imagenet_recipes.data import sampling
 
 out_dir, script = sys.argv[1], sys.argv[2]
 untraced_iter = sampling.ShardedSampler.__iter__

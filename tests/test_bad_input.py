@@ -1,6 +1,6 @@
 """Bad input ends with one clear message and exit status 2, and writes nothing.
 
-Most checks run the entry script's own body (`recipe.cli.main`, `recipe.ps.main.main`) in the
+Most checks run the entry script's own body (`imagenet_recipes.cli.main`, `imagenet_recipes.ps.main.main`) in the
 test's process, which is what the script runs after Python has started it; a few marked `slow`
 start the real script, to show that nothing between the shell and that body changes the answer.
 """
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import TINY, run_script
-from recipe.registry import ENTRIES
+from imagenet_recipes.registry import ENTRIES
 
 
 def run_in_process(script: str, args, capsys) -> tuple:
@@ -20,10 +20,10 @@ def run_in_process(script: str, args, capsys) -> tuple:
     argv = [str(a) for a in args] + ["-j", "0"]
     try:
         if entry == "ps":
-            from recipe.ps.main import main
+            from imagenet_recipes.ps.main import main
             main(argv)
         else:
-            from recipe.cli import main
+            from imagenet_recipes.cli import main
             main(entry, argv=argv)
         code = 0
     except SystemExit as exit_:

@@ -1,4 +1,4 @@
-"""Unit tests of bench/common.py, what every tool shares: the run-log reader, what a run record
+"""Unit tests of imagenet_recipes/bench/common.py, what every tool shares: the run-log reader, what a run record
 and its learning curve say, and the writer of RESULTS.md's generated blocks; and the run summary
 built on them. Pure Python: no torch import, no training run."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from bench import summarize
-from bench.common import logged_precision, read_log, replace_block, run_dirs, shown_command, \
+from imagenet_recipes.bench import summarize
+from imagenet_recipes.bench.common import logged_precision, read_log, replace_block, run_dirs, shown_command, \
     steady, val_points, write_block
 
 
@@ -119,7 +119,7 @@ def _ddp_log(world_size: int, rates):
 
 
 def test_repeats_of_a_combination_make_one_row_with_their_spread(tmp_path):
-    from bench.sweep_stats import analyze, load_sweep
+    from imagenet_recipes.bench.sweep_stats import analyze, load_sweep
 
     _write_log(tmp_path / "ddp-w1-O0", _ddp_log(1, [100.0, 100.0]))
     _write_log(tmp_path / "ddp-w2-O0", _ddp_log(2, [150.0, 150.0]))
@@ -135,7 +135,7 @@ def test_repeats_of_a_combination_make_one_row_with_their_spread(tmp_path):
 def test_a_single_repeat_draws_no_error_bar(tmp_path):
     """One run per combination: lowest = median = highest, so the bars have length 0, even
     where rounding would make them slightly negative (matplotlib refuses those)."""
-    from bench import plot_scaling
+    from imagenet_recipes.bench import plot_scaling
 
     row = {"label": "DDP O0 float32", "family": "DDP O0 float32", "variant": "", "workers": 2,
            "processes": 2, "img_s": 161.97020320439236, "img_s_low": 161.97020320439236,
@@ -148,10 +148,10 @@ def test_a_single_repeat_draws_no_error_bar(tmp_path):
 def test_shown_command_drops_where_the_outputs_go_and_keeps_the_measurement():
     argv = ["--out", "runs/x", "--steps", "30", "--json=r.json", "--figure", "/tmp/f.png", "-b",
             "8"]
-    assert shown_command("studies.hvd", argv) == "python -m bench.studies.hvd --steps 30 -b 8"
-    assert shown_command("io", []) == "python -m bench.io"
+    assert shown_command("studies.hvd", argv) == "python -m imagenet_recipes.bench.studies.hvd --steps 30 -b 8"
+    assert shown_command("io", []) == "python -m imagenet_recipes.bench.io"
     # an argument with a space is quoted, so the shown command runs as it was run
-    assert shown_command("e2e", ["--only", "nd fast"]) == "python -m bench.e2e --only 'nd fast'"
+    assert shown_command("e2e", ["--only", "nd fast"]) == "python -m imagenet_recipes.bench.e2e --only 'nd fast'"
 
 
 ORPHAN = """
@@ -176,7 +176,7 @@ def test_a_runs_orphaned_descendants_count_as_the_runs_cpu_not_others(tmp_path):
 
     probe = (
         "import json, sys; from pathlib import Path\n"
-        "from bench.jobs import children_cpu_seconds, run_all\n"
+        "from imagenet_recipes.bench.jobs import children_cpu_seconds, run_all\n"
         "before = children_cpu_seconds()\n"
         f"meta = run_all([('orphan', [sys.executable, '-c', {ORPHAN!r}])], Path(sys.argv[1]), "
         "1, 60, 'meta.json')\n"

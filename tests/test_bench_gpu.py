@@ -16,7 +16,7 @@ import torch
 
 from conftest import proc_stat, run_tool
 
-from bench import gpu
+from imagenet_recipes.bench import gpu
 
 TINY = ["--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32", "-b", "4",
         "--steps", "2", "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
@@ -34,7 +34,7 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads(record_path.read_text())
     assert record["tool"] == "bench.gpu" and record["complete"] is True
-    assert record["command"].startswith("python -m bench.gpu --device cpu")
+    assert record["command"].startswith("python -m imagenet_recipes.bench.gpu --device cpu")
     # where the record went, and the commit named for a copied tree, say nothing of the run
     assert "--json" not in record["command"] and "--commit" not in record["command"]
     assert record["commit"] == "abc1234" and record["date"]
@@ -146,11 +146,10 @@ def test_the_tool_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     """SIGTERM while a run is going: the tool ends its run's group, keeps what it recorded,
     and exits 143."""
     marker = tmp_path / "started"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["train", "."])}
-    code = ("import sys, time; from bench import gpu\n"
+    code = ("import sys, time; from imagenet_recipes.bench import gpu\n"
             "gpu.signal.signal(gpu.signal.SIGTERM, gpu._stop_on_signal)\n"
             f"gpu.CHILDREN.run(['bash', '-c', 'echo $$ > {marker}; sleep 60 & wait'], 120)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=gpu.REPO, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=gpu.REPO)
     deadline = time.monotonic() + 60
     while not (marker.is_file() and marker.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -187,7 +186,7 @@ def _gone(pid: int, wait_s: float = 10.0) -> bool:
 
 
 def _record(date: str, rows: list, complete: bool = True) -> dict:
-    return {"tool": "bench.gpu", "command": "python -m bench.gpu --group loop",
+    return {"tool": "bench.gpu", "command": "python -m imagenet_recipes.bench.gpu --group loop",
             "commit": "abc1234", "date": date, "seconds": 150.0, "complete": complete,
             "environment": {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3",
                             "driver": "570.1", "torch": "2.15.0", "cuda": "13.2",
@@ -218,7 +217,7 @@ def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps(_record("2026-11-25 07:00 UTC", old)))
     (tmp_path / "b.json").write_text(json.dumps(_record("2026-11-25 08:00 UTC", new, False)))
     text = gpu.block(tmp_path)
-    assert "[2] `launch/env.sh python -m bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
+    assert "[2] `launch/env.sh python -m imagenet_recipes.bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
     assert "[1]" not in text  # every row of the older record was measured again
     assert "It was stopped before its end." in text
     engine = next(line for line in text.splitlines()

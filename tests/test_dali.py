@@ -14,8 +14,8 @@ from conftest import TINY, add_damaged_files, assert_resume_is_exact, records, r
 
 pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
 
-from recipe.config import UsageError, parse_args  # noqa: E402
-from recipe.data import Shard, build_loaders  # noqa: E402
+from imagenet_recipes.config import UsageError, parse_args  # noqa: E402
+from imagenet_recipes.data import Shard, build_loaders  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -82,7 +82,7 @@ def test_dali_shards_are_disjoint_and_cover_the_train_set(tiny_imagefolder, load
 
 def test_dali_by_class_split_reads_only_the_workers_classes(tiny_imagefolder, loaders):
     """A parameter-server worker with --split by-class: DALI reads its classes, all of them."""
-    from recipe.ps.worker import worker_shard
+    from imagenet_recipes.ps.worker import worker_shard
     for index in range(2):
         train, _, _ = loaders(_cfg(tiny_imagefolder, "dali-cpu", "-b", 8),
                               worker_shard(index, 2, "by-class"))
@@ -151,7 +151,7 @@ def test_dali_gpu_without_a_gpu_suggests_dali_cpu(tiny_imagefolder):
 @pytest.fixture
 def builds(monkeypatch) -> Counter:
     """DALI pipelines built during the test, counted per split ("train", "val")."""
-    from recipe.data import dali
+    from imagenet_recipes.data import dali
 
     counted, real = Counter(), dali.DaliLoader.pipeline
 

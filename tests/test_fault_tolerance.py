@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
+from conftest import (LOADER_WORKERS, REPO, TINY, add_damaged_files, jpeg_bytes,
                       proc_stat, read_jsonl, records, run_script, start_script)
-from recipe.strategies import free_port
+from imagenet_recipes.strategies import free_port
 
 
 def _weights(path):
@@ -49,8 +49,8 @@ def _runs_after(log, start: int):
 
 # --- crashes and preemption under torchrun -------------------------------------------------------
 # With loader workers: what a signal or a killed rank does to them is part of the check.
-DDP_RUN = TINY + LOADER_WORKERS + ["-b", "4", "--epochs", "2", "--lr-steps", "1", "--checkpoint-every", "3",
-                  "--seed", "5"]
+DDP_RUN = TINY + LOADER_WORKERS + ["-b", "4", "--epochs", "2", "--lr-steps", "1",
+                                   "--checkpoint-every", "3", "--seed", "5"]
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +144,8 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     that takes its pipeline's random state, restored inside the epoch."""
     if backend.startswith("dali"):
         pytest.importorskip("nvidia.dali")
-    common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1",
-                                      "--logdir", tmp_path, "--seed", "4", "--data-backend", backend]
+    common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--seed",
+                                      "4", "--logdir", tmp_path, "--data-backend", backend]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
     proc = start_script("nd.py", common + ["--run-name", "cut", tiny_imagefolder])
@@ -200,7 +200,7 @@ def test_the_loader_workers_fork_server_outlives_the_stop_signals():
     with it before the trainer has written its preemption checkpoint)."""
     probe = (
         "import multiprocessing, multiprocessing.forkserver as fs, os, signal, sys, time\n"
-        "from recipe.data.loader_server import loader_worker_context\n"
+        "from imagenet_recipes.data.loader_server import loader_worker_context\n"
         "context = loader_worker_context()\n"
         "child = context.Process(target=time.sleep, args=(30,))\n"
         "child.start()  # served: the server has done its imports\n"
@@ -211,9 +211,7 @@ def test_the_loader_workers_fork_server_outlives_the_stop_signals():
         "print('server', 'gone' if os.waitpid(server, os.WNOHANG)[0] else 'alive', flush=True)\n"
         "child.kill()\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          timeout=120, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAIN),
-                                                                            str(REPO)])})
+                          timeout=120, cwd=REPO)
     assert proc.stdout.strip() == "server alive", proc.stderr
 
 
@@ -326,7 +324,7 @@ def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_pa
 
 
 def test_decodable_odd_formats_become_rgb(tmp_path):
-    from recipe.data import read_image_uint8
+    from imagenet_recipes.data import read_image_uint8
 
     made = add_damaged_files(_class_dir_with_images(tmp_path))
     for name, decodable in made.items():
@@ -374,7 +372,7 @@ def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
 # synchronisation), where neither gloo's closed sockets nor a Python signal handler can reach it.
 _BLOCKED_RANK = """
 import os, sys, threading
-from recipe.strategies import DDPStrategy
+from imagenet_recipes.strategies import DDPStrategy
 strategy = DDPStrategy(device="cpu", dist_timeout=600)
 strategy.setup_environment()
 print("ready", flush=True)
@@ -387,7 +385,7 @@ threading.Event().wait()  # rank 0: blocked until its process is ended
 @pytest.mark.slow
 def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     port = str(free_port())
-    env = {**os.environ, "PYTHONPATH": str(TRAIN), "MASTER_ADDR": "127.0.0.1",
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": port, "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
     ranks = [subprocess.Popen([sys.executable, "-c", _BLOCKED_RANK], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, cwd=REPO,
@@ -416,8 +414,8 @@ def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
 _RANK_ENDING_AFTER_A_FAILURE = """
 import datetime, os, signal, subprocess, sys, time
 import torch.distributed as dist
-from recipe.peers import PeerWatch
-from recipe.strategies.ddp import DDPStrategy
+from imagenet_recipes.peers import PeerWatch
+from imagenet_recipes.strategies.ddp import DDPStrategy
 port = int(sys.argv[1])
 host = subprocess.Popen([sys.executable, "-c",
     "import time, torch.distributed as d\\n"
@@ -445,7 +443,7 @@ strategy.end_failed_process(1)
 def test_a_rank_ending_after_a_peer_failure_exits_1_not_aborted():
     proc = subprocess.Popen([sys.executable, "-c", _RANK_ENDING_AFTER_A_FAILURE,
                              str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(TRAIN)})
+                            text=True, cwd=REPO)
     first = proc.stdout.readline()
     if not first.startswith("host "):
         proc.kill()

@@ -8,8 +8,8 @@ import torch
 import torch.multiprocessing as mp
 
 from conftest import TINY, assert_resume_is_exact, run_script
-from recipe.models import build_model
-from recipe.strategies import FSDPStrategy, free_port
+from imagenet_recipes.models import build_model
+from imagenet_recipes.strategies import FSDPStrategy, free_port
 from test_bad_input import run_in_process
 from test_precision import _setup
 

@@ -103,7 +103,7 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
 
 
 def test_a_record_brought_back_becomes_the_results_block(tmp_path):
-    from bench import gpu_tier, regenerate
+    from imagenet_recipes.bench import gpu_tier, regenerate
 
     record = tmp_path / "gpu-record"
     record.mkdir()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench import hetero, ps_stats
+from imagenet_recipes.bench import hetero, ps_stats
 
 
 def _args(**kw) -> argparse.Namespace:

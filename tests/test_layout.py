@@ -1,6 +1,6 @@
-"""The house rules of the code base, checked: the registry matches the entry scripts, the engine
-package has no import cycle and no import from a lower layer to a higher one, and nothing outside
-entry scripts and tests edits sys.path."""
+"""The house rules of the code base, checked: the registry matches the entry scripts, the package
+has no import cycle and no import from a lower layer to a higher one (the engine never imports the
+tools), and nothing edits sys.path: everything imports the installed package."""
 from __future__ import annotations
 
 import ast
@@ -8,8 +8,10 @@ import re
 from pathlib import Path
 
 from conftest import REPO, TRAIN
-from recipe.config import build_parser
-from recipe.registry import CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_LEVELS, STRATEGIES
+
+import imagenet_recipes
+from imagenet_recipes.config import build_parser
+from imagenet_recipes.registry import CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_LEVELS, STRATEGIES
 
 
 def test_registry_lists_every_entry_script_under_its_own_name():
@@ -22,10 +24,10 @@ def test_registry_lists_every_entry_script_under_its_own_name():
 
 
 def test_every_entry_names_a_strategy_class_that_exists():
-    from recipe.strategies import Strategy, strategy_class
+    from imagenet_recipes.strategies import Strategy, strategy_class
 
     for name, spec in STRATEGIES.items():
-        if spec.path:  # "": the parameter server, which has a loop of its own (recipe.ps)
+        if spec.path:  # "": the parameter server, which has a loop of its own (imagenet_recipes.ps)
             assert issubclass(strategy_class(name), Strategy), name
     assert {entry.strategy for entry in ENTRIES.values()} <= set(STRATEGIES)
 
@@ -42,8 +44,8 @@ def test_options_name_what_they_need_not_which_scripts_have_them():
     script names decides which script has which option."""
     import dataclasses
 
-    from recipe import config
-    from recipe.ps.config import PSConfig
+    from imagenet_recipes import config
+    from imagenet_recipes.ps.config import PSConfig
 
     provided = set().union(*(spec.provides for spec in STRATEGIES.values()))
     assert provided == CAPABILITIES
@@ -53,13 +55,17 @@ def test_options_name_what_they_need_not_which_scripts_have_them():
     assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)]
 
 
+PACKAGE = Path(imagenet_recipes.__file__).parent
+
+
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(TRAIN).with_suffix("").parts)
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _imports(path: Path, name: str) -> set:
-    """recipe modules `path` imports, anywhere in it (lazy imports in functions count too)."""
+    """The package's modules `path` imports, anywhere in it (lazy imports in functions count
+    too)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -68,19 +74,20 @@ def _imports(path: Path, name: str) -> set:
             target = f"{base}.{node.module}" if node.module else base
             # `from . import checkpoint` imports a module; `from .data import Shard` a name
             found |= {f"{target}.{a.name}" for a in node.names} | {target}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recipe"):
+        elif isinstance(node, ast.ImportFrom) and \
+                (node.module or "").startswith("imagenet_recipes"):
             found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
     return found
 
 
 def _import_graph() -> dict:
-    """recipe module -> the recipe modules it imports, with the imports the registry makes by
-    name (a data backend's module, an entry's strategy) as edges too."""
-    modules = {_module_name(p): p for p in (TRAIN / "recipe").rglob("*.py")}
+    """The package's module -> the modules of it it imports, with the imports the registry makes
+    by name (a data backend's module, an entry's strategy) as edges too."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {m: set(_imports(p, m) & modules.keys()) - {m} for m, p in modules.items()}
-    graph["recipe.data"] |= set(DATA_BACKENDS.values())
-    graph["recipe.cli"] |= {f"recipe.strategies.{spec.path.split(':')[0]}"
-                            for spec in STRATEGIES.values() if spec.path}
+    graph["imagenet_recipes.data"] |= set(DATA_BACKENDS.values())
+    graph["imagenet_recipes.cli"] |= {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
+                                      for spec in STRATEGIES.values() if spec.path}
     return graph
 
 
@@ -102,10 +109,11 @@ def test_the_engine_package_has_no_import_cycle():
     assert not cycles, " -> ".join(cycles[0])
 
 
-# The engine package's layers, lowest first: a module imports its own layer and those below,
-# never one above (data never reaches for a strategy, a strategy never for the engine's loop).
+# The package's layers, lowest first: a module imports its own layer and those below, never one
+# above (data never reaches for a strategy, a strategy never for the engine's loop, the engine
+# never for a tool).
 LAYERS = (
-    ("foundations", ("recipe", "errors", "registry", "machine", "peer_flags", "presets",
+    ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "peer_flags", "presets",
                      "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
     ("config", ("config",)),
@@ -114,11 +122,12 @@ LAYERS = (
     ("strategies", ("strategies",)),
     ("loops", ("engine", "ps")),
     ("command line", ("cli",)),
+    ("tools", ("bench",)),
 )
 
 
 def _layer(module: str) -> int:
-    name = module.removeprefix("recipe.") if module != "recipe" else "recipe"
+    name = module.removeprefix("imagenet_recipes.")
     matches = [(len(prefix), index) for index, (_, prefixes) in enumerate(LAYERS)
                for prefix in prefixes if name == prefix or name.startswith(prefix + ".")]
     assert matches, f"{module} is in no layer of LAYERS"
@@ -138,15 +147,23 @@ def test_data_backends_and_strategies_import_no_sibling():
     shows what one adds."""
     graph = _import_graph()
     backends = set(DATA_BACKENDS.values())
-    strategies = {f"recipe.strategies.{spec.path.split(':')[0]}"
-                  for spec in STRATEGIES.values() if spec.path} - {"recipe.strategies.base"}
+    strategies = {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
+                  for spec in STRATEGIES.values() if spec.path}
+    strategies -= {"imagenet_recipes.strategies.base"}
     for group in (backends, strategies):
         for module in group:
             assert not graph[module] & (group - {module}), module
 
 
-def test_only_entry_scripts_and_tests_edit_sys_path():
+def test_nothing_puts_the_clone_on_the_path():
+    """The package is installed (launch/env.sh, or pip install -e .): no script, test or tool
+    edits sys.path or gives a process a PYTHONPATH with the clone's folders in it, and no
+    shell script sets PYTHONPATH."""
+    clone_on_pythonpath = r"PYTHONPATH[\"']?\s*[:=].{0,80}(TRAIN|TESTS|REPO|[\"']train[\"'])"
     edits = [str(p.relative_to(REPO)) for p in REPO.rglob("*.py")
-             if ".git" not in p.parts and p.parent not in (TRAIN, REPO / "tests")
-             and re.search(r"sys\.path\.(insert|append)", p.read_text())]
+             if ".git" not in p.parts and p != Path(__file__)
+             and re.search(rf"sys\.path\.(insert|append)|{clone_on_pythonpath}", p.read_text())]
+    edits += [str(p.relative_to(REPO)) for p in REPO.rglob("*.sh")
+              if ".git" not in p.parts and re.search(r"export PYTHONPATH|PYTHONPATH=",
+                                                      p.read_text())]
     assert edits == []

@@ -8,7 +8,7 @@ import torch
 
 from conftest import TINY, assert_resume_is_exact, records, run_script
 
-from recipe.strategies.ddp import LocalSGD
+from imagenet_recipes.strategies.ddp import LocalSGD
 
 
 def test_the_schedule_is_ddp_for_the_warm_up_then_local_steps_averaged_every_period():

@@ -17,9 +17,9 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torchvision
 
-from recipe.config import UsageError
-from recipe.precision import Precision, StaticLossScaler
-from recipe.strategies import DataParallelStrategy, DDPStrategy, Strategy, free_port
+from imagenet_recipes.config import UsageError
+from imagenet_recipes.precision import Precision, StaticLossScaler
+from imagenet_recipes.strategies import DataParallelStrategy, DDPStrategy, Strategy, free_port
 
 
 def _tiny_convnet():

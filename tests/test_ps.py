@@ -13,13 +13,12 @@ import torch
 from conftest import (REPO, RESNET18, TINY, TRAIN, _env, records, run_script, traced,
                       traced_samples)
 
-sys.path.insert(0, str(TRAIN))
-from recipe.data import ShardedSampler  # noqa: E402
-from recipe.ps.config import PSConfig  # noqa: E402
-from recipe.ps.state_service import EsyncStateService  # noqa: E402
-from recipe.ps.update_rules import esync_local_optimizer  # noqa: E402
-from recipe.ps.worker import worker_shard  # noqa: E402
-from recipe.strategies import free_port  # noqa: E402
+from imagenet_recipes.data import ShardedSampler
+from imagenet_recipes.ps.config import PSConfig
+from imagenet_recipes.ps.state_service import EsyncStateService
+from imagenet_recipes.ps.update_rules import esync_local_optimizer
+from imagenet_recipes.ps.worker import worker_shard
+from imagenet_recipes.strategies import free_port
 
 STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
 # Settings under which async and esync learn the tiny set within 3 epochs (momentum 0.9 with

@@ -1,18 +1,15 @@
 """Parameter-server workers at every opt level, half-precision pushes, and DALI in the workers."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 import torch.nn as nn
 
-from conftest import RESNET18, TINY, TRAIN, records, run_script
+from conftest import RESNET18, TINY, records, run_script
 
-sys.path.insert(0, str(TRAIN))
-from recipe.precision import Precision  # noqa: E402
-from recipe.ps.worker import GradientCapture  # noqa: E402
-from recipe.strategies import Strategy  # noqa: E402
+from imagenet_recipes.precision import Precision
+from imagenet_recipes.ps.worker import GradientCapture
+from imagenet_recipes.strategies import Strategy
 
 CPU = torch.device("cpu")
 

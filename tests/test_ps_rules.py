@@ -1,4 +1,4 @@
-"""The parameter server's update rules (train/recipe/ps/update_rules.py) on scripted speed
+"""The parameter server's update rules (imagenet_recipes/ps/update_rules.py) on scripted speed
 profiles, in-process: the real rule objects, fed what the server would feed them, on quadratic
 objectives whose answers are known. The multi-process runs that they learn are in
 tests/test_ps.py."""
@@ -9,9 +9,9 @@ import heapq
 import pytest
 import torch
 
-from recipe.ps.config import PSConfig
-from recipe.ps.shards import RoundSums
-from recipe.ps.update_rules import AsyncSGD, ESyncAverage, async_momentum, esync_pushed_delta
+from imagenet_recipes.ps.config import PSConfig
+from imagenet_recipes.ps.shards import RoundSums
+from imagenet_recipes.ps.update_rules import AsyncSGD, ESyncAverage, async_momentum, esync_pushed_delta
 
 from test_ps import simulate_esync
 

@@ -14,16 +14,16 @@ import torch.nn.functional as F
 import torchvision
 
 from conftest import REPO
-from recipe.config import OPTIMIZERS, UsageError, parse_args
-from recipe.data import Shard, ShardedSampler, build_loaders
-from recipe.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
-from recipe.data.pytorch import UInt8Normalizer
-from recipe.ema import ModelEMA, ema_decay_per_update
-from recipe.optim import build_optimizer, parameter_groups
-from recipe.precision import Precision
-from recipe.presets import read_mapping, scaling_note
-from recipe.schedule import LrMultiplier, build_scheduler
-from recipe.targets import build_criterion, build_mixer
+from imagenet_recipes.config import OPTIMIZERS, UsageError, parse_args
+from imagenet_recipes.data import Shard, ShardedSampler, build_loaders
+from imagenet_recipes.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
+from imagenet_recipes.data.pytorch import UInt8Normalizer
+from imagenet_recipes.ema import ModelEMA, ema_decay_per_update
+from imagenet_recipes.optim import build_optimizer, parameter_groups
+from imagenet_recipes.precision import Precision
+from imagenet_recipes.presets import read_mapping, scaling_note
+from imagenet_recipes.schedule import LrMultiplier, build_scheduler
+from imagenet_recipes.targets import build_criterion, build_mixer
 
 PRESETS = sorted((REPO / "recipes").glob("*.toml"))
 
@@ -277,7 +277,7 @@ def test_random_erasing_fills_with_the_mean_colour_which_normalises_to_zero():
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_uint8_normalizer_values_layout_and_its_input_left_alone(channels_last):
-    from recipe.data import IMAGENET_MEAN, IMAGENET_STD
+    from imagenet_recipes.data import IMAGENET_MEAN, IMAGENET_STD
 
     torch.manual_seed(0)
     batch = torch.randint(0, 256, (4, 3, 9, 7), dtype=torch.uint8)
@@ -500,7 +500,7 @@ def test_evaluating_without_weights_is_refused():
 
 
 def test_an_lr_that_looks_absolute_and_a_large_batch_without_warmup_are_warned_of():
-    from recipe.schedule import lr_warnings
+    from imagenet_recipes.schedule import lr_warnings
 
     # torchvision V2's command line (--lr 0.5 at global batch 1024) read as per 256 images
     (line,) = lr_warnings(_cfg("--lr", "0.5", "--warmup-epochs", "5"), 1024, 2.0)
@@ -558,8 +558,8 @@ def test_a_skipped_first_step_keeps_the_schedule_and_warns_nothing(tmp_path, mon
     no warning is shown."""
     import warnings
 
-    from recipe import engine
-    from recipe.strategies import Strategy
+    from imagenet_recipes import engine
+    from imagenet_recipes.strategies import Strategy
 
     monkeypatch.setattr(engine, "build_model", _overflowing_cnn)
 

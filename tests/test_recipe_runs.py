@@ -115,11 +115,11 @@ def test_ema_survives_a_resume_under_o2(tiny_imagefolder, tmp_path):
 # --- DALI's augmentations against the pytorch backend's ------------------------------------------
 def _dali_augmented(files, size, policy, erase, seed):
     """uint8 HWC (policy) or normalised float (erasing) images through DALI's CPU operators:
-    decode, resize to size x size, then the same functions train/recipe/data/dali.py uses."""
+    decode, resize to size x size, then the same functions imagenet_recipes/data/dali.py uses."""
     from nvidia.dali import fn, pipeline_def, types
 
-    from recipe.config import parse_args
-    from recipe.data.dali_augment import apply_policy, random_erase
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data.dali_augment import apply_policy, random_erase
 
     cfg = parse_args(["--dummy", "--auto-augment", policy])
 
@@ -144,8 +144,8 @@ def _torch_augmented(files, size, policy, seed):
     from torchvision.io import decode_image
     from torchvision.transforms import v2
 
-    from recipe.config import parse_args
-    from recipe.data.augment import auto_augment
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data.augment import auto_augment
 
     transform = auto_augment(parse_args(["--dummy", "--auto-augment", policy])) or v2.Identity()
     torch.manual_seed(seed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from bench import render
+from imagenet_recipes.bench import render
 
 
 def test_wrapped_paragraphs_and_list_items_come_out_on_one_line_and_tables_as_they_are():
@@ -29,7 +29,7 @@ def test_a_template_missing_a_number_fails_instead_of_leaving_a_blank(tmp_path, 
 
 
 def test_a_spread_is_the_median_and_its_range_and_signed_ranges_say_to():
-    from bench.common import spread
+    from imagenet_recipes.bench.common import spread
 
     assert spread([], ".1f") == "-" and spread([2.0, 2.01], ".1f") == "2.0"
     assert spread([3.0, 1.0, 2.0], ".1f") == "2.0 (1.0-3.0)"
@@ -42,8 +42,8 @@ def test_every_template_is_used_by_a_tool():
 
     names = sorted(p.stem for p in render.TEMPLATES.glob("*.md"))
     assert names
-    sources = subprocess.run(["git", "grep", "-h", "render(", "--", "bench/*.py"],
-                             cwd=render.TEMPLATES.parent.parent, capture_output=True,
+    sources = subprocess.run(["git", "grep", "-h", "render(", "--", "*.py"],
+                             cwd=render.TEMPLATES.parent, capture_output=True,
                              text=True).stdout
     for name in names:
         assert f'render("{name}"' in sources or f"render('{name}'" in sources, name

@@ -1,25 +1,22 @@
 """RESULTS.md's measured sections and their figures are what the logs in results/ give:
-`python -m bench.regenerate` rebuilds them byte for byte, and notices any difference."""
+`python -m imagenet_recipes.bench.regenerate` rebuilds them byte for byte, and notices any difference."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, TRAIN
+from conftest import REPO
 
-from bench import regenerate
+from imagenet_recipes.bench import regenerate
 
 
 def _regenerate(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "bench.regenerate", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=600,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAIN),
-                                                                            str(REPO)])})
+    return subprocess.run([sys.executable, "-m", "imagenet_recipes.bench.regenerate",
+                           *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 @pytest.mark.slow

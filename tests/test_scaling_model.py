@@ -1,4 +1,4 @@
-"""Unit tests of the scaling model (bench/scaling/): closed forms, limits, the overlap rule, PS
+"""Unit tests of the scaling model (imagenet_recipes/bench/scaling/): closed forms, limits, the overlap rule, PS
 vs ring, the validation table (a regression guard on which published cases the model
 reproduces), run-log reading and the CLI. Pure Python: no torch import, no training run."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from bench.scaling import __main__ as cli
-from bench.scaling import cases, measured, report
-from bench.scaling import model as sm
+from imagenet_recipes.bench.scaling import __main__ as cli
+from imagenet_recipes.bench.scaling import cases, measured, report
+from imagenet_recipes.bench.scaling import model as sm
 
 GB, US, MIB = sm.GB, sm.US, sm.MIB
 

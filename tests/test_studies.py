@@ -1,4 +1,4 @@
-"""The one-question studies (bench/studies/): their tools keep running as the engine evolves, and
+"""The one-question studies (imagenet_recipes/bench/studies/): their tools keep running as the engine evolves, and
 their page is what their records give. Marked `study`: the default test run leaves them out;
 `launch/env.sh python -m pytest -m study` runs them (nothing here is timed)."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.study
 
 
 def test_the_studies_page_is_regenerated_byte_for_byte_from_its_records():
-    from bench import regenerate
-    from bench.studies.__main__ import PAGE
+    from imagenet_recipes.bench import regenerate
+    from imagenet_recipes.bench.studies.__main__ import PAGE
 
     kept = {p.name for p in PAGE.records.iterdir() if p.is_dir()}
     assert kept == set(PAGE.folders)
@@ -26,8 +26,8 @@ def test_a_changed_record_is_noticed(tmp_path):
     """Sensitivity: the loop record's median changed -> the page would change."""
     import shutil
 
-    from bench import regenerate
-    from bench.studies.__main__ import PAGE
+    from imagenet_recipes.bench import regenerate
+    from imagenet_recipes.bench.studies.__main__ import PAGE
 
     records_dir = tmp_path / "records"
     shutil.copytree(PAGE.records, records_dir)
@@ -71,8 +71,8 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
 
     import torchvision
 
-    from bench.common import interval_img_s
-    from bench.studies.ddp_cost import block
+    from imagenet_recipes.bench.common import interval_img_s
+    from imagenet_recipes.bench.studies.ddp_cost import block
 
     out = tmp_path / "results" / "ddp_cost" / "tiny"
     # Two CPUs on any machine (the tool's processes inherit it): 2 processes x 1 thread then
@@ -99,7 +99,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     nd, nd2 = rate["nd-r0"], rate["ndx2-r0"] + rate["ndx2-r0-p1"]
     ddp1, ddp2 = rate["DDP1-r0"], rate["DDP2-r0"]
     text = block(out.parent)  # what bench.regenerate writes, from the logs alone
-    assert "(logs: `bench/studies/records/ddp_cost/tiny/`)" in text
+    assert "(logs: `imagenet_recipes/bench/studies/records/ddp_cost/tiny/`)" in text
     assert text.split("\n", 1)[1].strip() in proc.stdout  # the tool's own report, but for that
     assert f"| nd x2 | {nd2:.1f} |" in text
     for label, value in [("nd x2 / (2 x nd)", nd2 / (2 * nd)), ("DDP 1 / nd", ddp1 / nd),

@@ -108,7 +108,7 @@ def test_quick_sweep_draws_and_prints_its_block_and_leaves_results_md_alone(tmp_
     for name in ("throughput", "efficiency", "epoch_time", "comm_share", "curves",
                  "top1_vs_time"):
         assert (figures / f"scaling_{name}.png").stat().st_size > 10_000, name
-    block = _block(out, "Measured by `launch/env.sh python -m bench.sweep`")
+    block = _block(out, "Measured by `launch/env.sh python -m imagenet_recipes.bench.sweep`")
     assert "**2-worker weak-scaling efficiency**" in block
     row = next(line for line in block.splitlines() if line.startswith("| DDP O0 float32 |"))
     efficiency = float(row.split("|")[4].strip(" *"))
@@ -126,7 +126,7 @@ def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
         # the figures go beside the runs unless --figures says otherwise
         assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
-    block = _block(out, "Measured by `launch/env.sh python -m bench.ps`")
+    block = _block(out, "Measured by `launch/env.sh python -m imagenet_recipes.bench.ps`")
     row = next(line for line in block.splitlines() if line.startswith("| PS esync (mean) |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert len(cells[7].split(" / ")) == 1 and float(cells[8]) > 0  # MB/s, MB per sample
@@ -157,7 +157,7 @@ def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(t
 
 
 def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path):
-    from bench import esync
+    from imagenet_recipes.bench import esync
 
     out, figures = tmp_path / "esync", tmp_path / "fig"
     proc = _run("esync", "--quick", "-a", TINY[1], "--splits", "by-class", "--variants",

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from conftest import REPO, TINY, records, run_script
-from recipe.strategies import free_port
+from imagenet_recipes.strategies import free_port
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 

@@ -182,9 +182,9 @@ def _bn_free_cnn(arch, num_classes, pretrained=None, zero_init_residual=False):
 
 def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch):
     """2 accumulated micro-batches of 4 == one batch of 8: same weights after 3 steps."""
-    from recipe import engine
-    from recipe.config import parse_args
-    from recipe.strategies import Strategy
+    from imagenet_recipes import engine
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.strategies import Strategy
 
     monkeypatch.setattr(engine, "build_model", _bn_free_cnn)
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torchvision
 
-from recipe.config import UsageError, parse_args
-from recipe.data import ShardedSampler, val_resize_size
-from recipe.schedule import LrMultiplier, scaled_lr
+from imagenet_recipes.config import UsageError, parse_args
+from imagenet_recipes.data import ShardedSampler, val_resize_size
+from imagenet_recipes.schedule import LrMultiplier, scaled_lr
 
 
 # --- config --------------------------------------------------------------------------------------
@@ -56,12 +56,12 @@ def test_channels_last_unset_is_decided_by_the_device_and_crop(argv, device, exp
 
 @pytest.mark.slow
 def test_the_cli_reads_the_command_line_without_importing_torch():
-    """recipe.cli starts the loader workers' fork server before torch is imported: the two
-    imports overlap only while the CLI itself stays free of torch."""
+    """imagenet_recipes.cli starts the loader workers' fork server before torch is imported: the
+    two imports overlap only while the CLI itself stays free of torch."""
     import subprocess
     import sys
-    probe = ("import sys; sys.path.insert(0, 'train'); from recipe import cli; "
-             "from recipe.data.loader_server import uses_loader_workers; "
+    probe = ("import sys; from imagenet_recipes import cli; "
+             "from imagenet_recipes.data.loader_server import uses_loader_workers; "
              "parse = lambda argv: cli.parse_args(argv, entry='nd'); "
              "print(uses_loader_workers(parse(['-j', '2', 'data'])), "
              "uses_loader_workers(parse(['--dummy'])), 'torch' in sys.modules)")
@@ -83,7 +83,7 @@ def test_loader_workers_start_with_the_engine_and_torchvision_imported_when_run_
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, str(repo / "tests/loader_server_probe.py")], env=env,
                          capture_output=True, text=True, check=True, cwd=repo, timeout=300)
-    assert out.stdout.split("\n")[:3] == ["recipe.data.pytorch yes", "torch yes",
+    assert out.stdout.split("\n")[:3] == ["imagenet_recipes.data.pytorch yes", "torch yes",
                                           "torchvision yes"], out.stdout + out.stderr
 
 
@@ -165,7 +165,7 @@ def test_cosine_schedule():
 
 # --- models --------------------------------------------------------------------------------------
 def test_pretrained_from_a_local_file_skips_a_mismatched_classifier(tmp_path, capsys):
-    from recipe.models import build_model
+    from imagenet_recipes.models import build_model
 
     source = torchvision.models.resnet18(num_classes=1000)
     torch.save(source.state_dict(), tmp_path / "resnet18.pth")
@@ -176,7 +176,7 @@ def test_pretrained_from_a_local_file_skips_a_mismatched_classifier(tmp_path, ca
 
 
 def test_pretrained_of_another_architecture_is_refused(tmp_path):
-    from recipe.models import build_model
+    from imagenet_recipes.models import build_model
 
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
     with pytest.raises(UsageError, match="does not fit"):
@@ -188,7 +188,7 @@ def test_timm_architectures_by_name():
     unknown name is refused with the names close to it; run dirs get no path separator."""
     import timm
 
-    from recipe.models import arch_slug, build_model, load_command
+    from imagenet_recipes.models import arch_slug, build_model, load_command
 
     model = build_model("timm/test_resnet", num_classes=4)
     assert isinstance(model, timm.models.ResNet) and model.get_classifier().out_features == 4
@@ -204,8 +204,8 @@ def test_sync_bn_refuses_norm_layers_that_do_more_than_batchnorm():
     """timm's BatchNormAct2d applies the activation too: converting it to a cross-rank
     BatchNorm would drop the activation, so --sync-bn refuses such a model, and converts
     models with plain BatchNorm (torchvision's, timm's ResNets)."""
-    from recipe.models import build_model
-    from recipe.strategies.ddp import DDPStrategy
+    from imagenet_recipes.models import build_model
+    from imagenet_recipes.strategies.ddp import DDPStrategy
 
     strategy = DDPStrategy(sync_bn=True)
     strategy.backend = "gloo"
@@ -268,7 +268,7 @@ def _state(epoch):
 
 
 def test_checkpoint_keeps_the_previous_one(tmp_path):
-    from recipe import checkpoint
+    from imagenet_recipes import checkpoint
 
     checkpoint.save(_state(1), tmp_path, is_best=True)
     checkpoint.save(_state(2), tmp_path, is_best=False)
@@ -280,7 +280,7 @@ def test_checkpoint_keeps_the_previous_one(tmp_path):
 
 
 def test_full_disk_during_a_write_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
-    from recipe import checkpoint
+    from imagenet_recipes import checkpoint
 
     checkpoint.save(_state(1), tmp_path, is_best=False)
 
@@ -297,7 +297,7 @@ def test_full_disk_during_a_write_leaves_the_previous_checkpoint(tmp_path, monke
 
 
 def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys):
-    from recipe import checkpoint
+    from imagenet_recipes import checkpoint
 
     checkpoint.save(_state(1), tmp_path, is_best=False)
     checkpoint.save(_state(2), tmp_path, is_best=False)
@@ -311,7 +311,7 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, capsys):
 def test_share_gpus_wraps_local_ranks_onto_the_visible_gpus(monkeypatch):
     """--share-gpus (DDP): local ranks past the GPU count reuse the GPUs in turn; without it a
     rank with no GPU of its own is refused with a message that names the option."""
-    from recipe.strategies import pick_device
+    from imagenet_recipes.strategies import pick_device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert [pick_device("auto", r, share_gpus=True).index for r in range(5)] == [0, 1, 0, 1, 0]
@@ -329,8 +329,8 @@ def test_sync_bn_is_torchs_over_nccl_and_the_cross_rank_layer_over_gloo():
     CrossRankBatchNorm over gloo, where SyncBatchNorm cannot run: CPUs, and ranks sharing a
     GPU (--share-gpus), whose CUDA tensors gloo can all-reduce but not all-gather. The run
     record says which."""
-    from recipe.strategies.ddp import DDPStrategy
-    from recipe.syncbn import CrossRankBatchNorm
+    from imagenet_recipes.strategies.ddp import DDPStrategy
+    from imagenet_recipes.syncbn import CrossRankBatchNorm
 
     def layers(backend, sync_bn=True):
         strategy = DDPStrategy(sync_bn=sync_bn)
@@ -351,8 +351,8 @@ def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch
     setting is kept."""
     import os
 
-    from recipe.engine import Trainer
-    from recipe.strategies import Strategy
+    from imagenet_recipes.engine import Trainer
+    from imagenet_recipes.strategies import Strategy
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     saved = (torch.are_deterministic_algorithms_enabled(),
@@ -384,7 +384,7 @@ def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_fini
 
     from torch.distributed import HashStore
 
-    from recipe.peers import PeerWatch
+    from imagenet_recipes.peers import PeerWatch
 
     store, reports, ended = HashStore(), {}, threading.Event()
 
@@ -424,7 +424,7 @@ def test_peer_watch_finish_waits_for_its_thread():
 
     from torch.distributed import HashStore
 
-    from recipe.peers import PeerWatch
+    from imagenet_recipes.peers import PeerWatch
 
     class SlowStore:  # every call takes a while, as a loaded machine's TCP store can
         def __init__(self):
@@ -447,7 +447,7 @@ def test_peer_watch_finish_waits_for_its_thread():
 
 # --- what a GPU user is told ----------------------------------------------------------------------
 def test_gpu_hints_name_the_command_that_uses_every_gpu_and_a_faster_level():
-    from recipe.advice import gpu_hints
+    from imagenet_recipes.advice import gpu_hints
 
     (idle, fp32) = gpu_hints("nd", "train/nd.py", False, "cuda", 8, 1, "O0", False)
     assert "8 GPUs are visible but this node runs 1 process(es) of train/nd.py: 7 stay idle" in idle
@@ -466,7 +466,7 @@ def test_gpu_hints_name_the_command_that_uses_every_gpu_and_a_faster_level():
                                                    (7, 1, "-b 1 --grad-accum 7")])
 def test_out_of_memory_suggests_a_smaller_batch_that_keeps_the_global_one(batch, accum,
                                                                            suggested):
-    from recipe.advice import out_of_memory
+    from imagenet_recipes.advice import out_of_memory
 
     text = out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB", batch, accum,
                          batch * accum * 8, "O2")
@@ -475,8 +475,8 @@ def test_out_of_memory_suggests_a_smaller_batch_that_keeps_the_global_one(batch,
 
 
 def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
-    from recipe.engine import run
-    from recipe.strategies.base import Strategy
+    from imagenet_recipes.engine import run
+    from imagenet_recipes.strategies.base import Strategy
 
     class OutOfMemoryAtSetup(Strategy):
         def setup_environment(self):
@@ -492,7 +492,7 @@ def test_a_run_that_runs_out_of_gpu_memory_ends_with_the_advice(capsys):
 
 
 def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost():
-    from recipe.summary import Best, closing_lines
+    from imagenet_recipes.summary import Best, closing_lines
 
     best = Best()
     assert best.offer(0.0, 0) and (best.top1, best.epoch) == (0.0, 0)  # the first is the best
@@ -509,9 +509,9 @@ def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost(
 def test_a_worker_slows_down_from_the_epoch_given(tmp_path, monkeypatch):
     """--slowdown-from-epoch 1: epoch 0 at full speed, then each step followed by a sleep of
     (factor - 1) x its own time."""
-    from recipe import engine
-    from recipe.engine import Trainer
-    from recipe.strategies import Strategy
+    from imagenet_recipes import engine
+    from imagenet_recipes.engine import Trainer
+    from imagenet_recipes.strategies import Strategy
 
     cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
                       "--device", "cpu", "--logdir", str(tmp_path), "--epochs", "2",
@@ -532,7 +532,7 @@ def test_a_worker_slows_down_from_the_epoch_given(tmp_path, monkeypatch):
 def test_the_default_loader_workers_are_every_core_but_one_per_process():
     """-j -1 (the default): each process's share of the cores, one left for the process itself,
     with no fixed cap (an H100 with 16 cores was fed 0.72x its training rate by 8 workers)."""
-    from recipe.data.pytorch import default_workers
+    from imagenet_recipes.data.pytorch import default_workers
 
     assert [default_workers(1, cores=c) for c in (1, 2, 16, 64)] == [1, 1, 15, 63]
     assert [default_workers(n, cores=16) for n in (2, 4, 8, 16, 32)] == [7, 3, 1, 1, 1]
@@ -542,7 +542,7 @@ def test_the_default_loader_workers_are_every_core_but_one_per_process():
 def test_a_run_that_waited_for_data_says_which_flag_helps():
     """The note after the first epoch: silent under the threshold; above it, the share of the
     epoch spent waiting and the fix for the backend and device."""
-    from recipe.advice import DATA_WAIT_SHARE, data_wait_note
+    from imagenet_recipes.advice import DATA_WAIT_SHARE, data_wait_note
 
     assert data_wait_note(DATA_WAIT_SHARE * 0.9, "pytorch", 7, 8, "cuda") is None
     gpu = data_wait_note(0.28, "pytorch", 7, 8, "cuda")
@@ -559,8 +559,8 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
                                                                          monkeypatch, capsys):
     """What the engine hands the note: the first epoch's share of time spent waiting for data,
     the backend, the loader's -j and this process's cores; and it prints what comes back."""
-    from recipe import engine
-    from recipe.strategies import Strategy
+    from imagenet_recipes import engine
+    from imagenet_recipes.strategies import Strategy
 
     calls = []
 

@@ -7,7 +7,7 @@
 
 NCCL on GPUs, gloo on CPU. Add --opt-level O1/O2 for mixed precision (or use ddp_apex.py).
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="ddp", description=__doc__)

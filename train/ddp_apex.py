@@ -6,7 +6,7 @@
 Same as train/ddp.py with --opt-level defaulting to O1 (autocast + dynamic loss scaling). On a
 CPU the half type is bfloat16, which needs no loss scaling. NVIDIA apex itself is not needed.
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="ddp_apex", description=__doc__)  # --opt-level O1 by default

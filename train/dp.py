@@ -5,7 +5,7 @@
 Kept as a baseline: DDP (train/ddp.py) is faster even on one node, because DataParallel
 replicates the model and gathers outputs on GPU 0 every step, under one Python thread.
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="dp", description=__doc__)

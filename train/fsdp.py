@@ -7,9 +7,9 @@
 The same training as train/ddp.py at O0 and O1, with each rank holding 1/N
 of the model's state; checkpoints are the same files the other scripts write. For
 ResNet-class models DDP is as fast or faster: FSDP pays off for models whose weights and
-optimizer state crowd a GPU's memory (see train/recipe/strategies/fsdp.py).
+optimizer state crowd a GPU's memory (see imagenet_recipes/strategies/fsdp.py).
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="fsdp", description=__doc__)

@@ -7,7 +7,7 @@ Horovod must be built for the installed torch first: `bash launch/install_horovo
 (The file is not called horovod.py: this folder comes first on sys.path and would shadow the
 horovod package.)
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="hvd", description=__doc__)

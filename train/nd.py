@@ -3,7 +3,7 @@
     python train/nd.py -a resnet50 -b 256 /data/imagenet
     python train/nd.py -a resnet18 --image-size 64 -b 64 --epochs 3 data/synthetic   # CPU demo
 """
-from recipe.cli import main
+from imagenet_recipes.cli import main
 
 if __name__ == "__main__":
     main(entry="nd", description=__doc__)

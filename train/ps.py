@@ -8,7 +8,7 @@ push gradients (sync, async) or model deltas (esync).
         -a resnet18 -b 64 /data/imagenet
     python train/ps.py --evaluator runs/ps-esync-resnet18-... /data/imagenet   # separate eval
 """
-from recipe.ps.main import main
+from imagenet_recipes.ps.main import main
 
 if __name__ == "__main__":
     main(description=__doc__)

@@ -162,7 +162,7 @@ def runs(tmp_path_factory) -> Path:
 def images(tmp_path_factory) -> Path:
     """8 classes x 48 train / 8 val JPEGs of 80-160 px: a 16-image batch at 64 px takes a few
     milliseconds on a GPU, and one epoch holds 24 steps of one rank, 12 of two."""
-    from bench.jobs import dataset_command, make_dataset
+    from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 
     root = tmp_path_factory.mktemp("gpu-tier-images")
     make_dataset(dataset_command(root, classes=8, train=48, val=8, min_size=80, max_size=160,

@@ -193,7 +193,7 @@ def train(runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
 
 
 def read_log(run_dir: Path) -> Dict[str, List[dict]]:
-    from bench.common import read_log as read
+    from imagenet_recipes.bench.common import read_log as read
 
     return read(run_dir)
 

@@ -23,9 +23,9 @@ def test_dali_batches_match_the_pytorch_loaders(images, saw):
     images in the same order and layout (decoders and resizers differ pixel by pixel, so images
     compare by their channel means and correlation)."""
     need("nvidia.dali", WHY)
-    from recipe.config import parse_args
-    from recipe.data import build_loaders
-    from recipe.strategies import Strategy
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data import build_loaders
+    from imagenet_recipes.strategies import Strategy
 
     device = torch.device(DEVICE)
     backends = ["pytorch", "dali-cpu"] + ([] if SIMULATED else ["dali-gpu"])

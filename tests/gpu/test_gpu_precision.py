@@ -36,10 +36,10 @@ def test_o2_keeps_half_weights_fp32_batchnorm_and_fp32_masters(tmp_path, saw):
     the optimizer, and after steps the model's weights are its masters rounded to half."""
     from torch.nn.modules.batchnorm import _BatchNorm
 
-    from recipe.config import parse_args
-    from recipe.engine import Trainer
-    from recipe.metrics import SumMeter
-    from recipe.strategies import Strategy
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.engine import Trainer
+    from imagenet_recipes.metrics import SumMeter
+    from imagenet_recipes.strategies import Strategy
 
     cfg = parse_args(["--dummy", "-a", ARCH, "--image-size", IMAGE, "-b", BATCH,
                       "--opt-level", "O2", "--amp-dtype", "float16", "--device", DEVICE,
@@ -73,8 +73,8 @@ def test_o2_keeps_half_weights_fp32_batchnorm_and_fp32_masters(tmp_path, saw):
 
 
 def _overflow_rank(rank: int, port: int, level: str, results) -> None:
-    from recipe.precision import Precision
-    from recipe.strategies import DDPStrategy
+    from imagenet_recipes.precision import Precision
+    from imagenet_recipes.strategies import DDPStrategy
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
@@ -113,7 +113,7 @@ def _overflow_rank(rank: int, port: int, level: str, results) -> None:
 
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_float16_overflow_on_one_rank_skips_the_step_on_every_rank(level, saw):
-    from recipe.strategies import free_port
+    from imagenet_recipes.strategies import free_port
 
     results = mp.Manager().dict()
     mp.spawn(_overflow_rank, args=(free_port(), level, results), nprocs=2)

@@ -1,0 +1,28 @@
+"""Tools around the trainers, run as `python -m imagenet_recipes.bench.<tool>` from any folder of
+an environment the package is installed in (`pip install -e .`, or through launch/env.sh); the
+runs, results/ and RESULTS.md they read and write are the clone's:
+
+  sweep         strategies x workers x precision, every combination a real run
+  ps            parameter server (sync, async, ESync) vs DDP with a slow worker
+  esync         ESync vs sync and async SGD with a slow worker, IID and by-class splits
+  recipes       the presets of recipes/ at one small budget
+  io            input-pipeline throughput, every loader on the same files and cores
+  gpu           GPU throughput: ResNet-50 O1/O2 fp16/bf16, engine vs bare, torch.compile,
+                DDP on one NCCL rank, the pytorch and DALI GPU loaders, peak memory, targets
+  scaling       the scaling model: predicted vs published and measured scaling
+  results       the RESULTS.md blocks of a sweep and of the PS benchmark
+  summarize     a Markdown table of runs
+  plot_curves   learning curves of runs
+  plot_scaling  the sweep's figures (figures/scaling_*.png)
+  plot_ps       the PS benchmark's figures (figures/ps_*.png)
+  regenerate    every RESULTS.md section and figure, from the logs kept in results/
+  studies       the one-question studies (engine overhead, memory layout, Horovod vs DDP,
+                DDP's efficiency, the RPC transport):
+                `python -m imagenet_recipes.bench.studies.<name>`, their page
+                imagenet_recipes/bench/studies/README.md
+
+and the modules they share: common (the run-log reader, the RESULTS.md block and table
+writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and
+ps_stats (the numbers the tables and figures show), figure (matplotlib for files). Every table
+and figure is drawn from the runs' log.jsonl files, never from typed numbers.
+"""

@@ -1,0 +1,763 @@
+"""GPU throughput as a benchmark, not a test: ResNet-50 at 224 px, batch 256, channels_last.
+
+    launch/env.sh python -m imagenet_recipes.bench.gpu --list                     # the units, their rows, groups
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group loop    --json runs/bench_gpu/loop.json
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group compile --json runs/bench_gpu/compile.json
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group scripts --json runs/bench_gpu/scripts.json
+    launch/env.sh python -m imagenet_recipes.bench.gpu --device cpu -a resnet18 --image-size 32 -b 4 --steps 2 \\
+        --warmup 1 --repeats 2 --amp-dtype bfloat16 --only O1-bf16,ddp-1rank   # the tool, on a CPU
+
+Each group is meant to fit one 10-minute call on one H100 (a GPU machine's limit per command):
+by estimate about 2, 4 and 3 minutes, not yet timed on a GPU; the three together measure every
+row. A unit is one measurement and gives one or two rows; --only names units (--group and --only
+together: both sets), and a unit whose targets compare with another unit's rows brings that
+unit along, so every target of a record is judged within it.
+
+  loop     (bench.studies.loop, in this process) the engine's train step against a hand-written
+           PyTorch loop with the same model, precision and optimizer, on the same batches
+           already on the GPU, in alternating rounds: O1 and O2, in float16 and bfloat16. The engine is set up
+           with the entry scripts' own flags (--dummy --opt-level ... --channels-last).
+  compile  the same pair with torch.compile on both sides (--amp-dtype's half type, O1).
+  scripts  the entry scripts as users start them, timed from their own interval log lines:
+           train/nd.py --dummy (synthetic, the reference of the others); train/ddp.py under
+           torchrun with one process (NCCL on a GPU, gloo on a CPU); train/nd.py on generated
+           JPEGs with the pytorch loader; the same with dali-gpu (when nvidia.dali is installed).
+
+img/s: pairs, the median of --repeats rounds of --steps steps after --warmup steps; nd and DDP,
+the median of --repeats log intervals of --steps steps after the warm-up interval(s); loaders,
+images over seconds across a window of 10 intervals of (workers x prefetch_factor) batches after
+the warm-up, so the batches the workers had ready before the clock started are a tenth of the
+window at most. Peak memory is torch.cuda.max_memory_allocated (for pairs: each side as if it ran
+alone, see imagenet_recipes/bench/studies/loop.py); none on a CPU.
+
+Targets (ResNet-50, one H100): engine O1 float16 >= 3,000 img/s; engine / bare >= 0.97 (each
+pair); O2 >= O1 (engine, same half type); DALI GPU >= 0.85 x synthetic (within 15 %). A missed
+target is marked in the output and the record; --strict makes it exit 1.
+
+The record (--json) is rewritten after every unit, so a run killed at a time limit keeps the
+rows it finished. bench.regenerate renders RESULTS.md's `gpu` block from the records kept in
+results/gpu/*.json (a row measured in several records: the latest).
+
+The processes it starts (torchrun, the trainers and their loader workers) run in process groups
+of their own, ended when their run ends or times out (--row-timeout) and when the tool exits or
+gets SIGTERM, SIGINT or SIGHUP; the trainers also die with their parent (imagenet_recipes/bench/gpu_entry.py).
+
+Exit status: 0; 1 when a unit failed, or with --strict when a target was missed; 2 on bad
+arguments, or with --device cuda where no CUDA GPU is visible.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime
+import gc
+import importlib.util
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from imagenet_recipes.bench.common import REPO, shown_command, shown_commit
+from imagenet_recipes.bench.render import render
+
+# The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
+TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85}
+TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
+               "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}"}
+# The loader rows count over this many intervals of (workers x prefetch_factor) batches.
+LOADER_WINDOW = 10
+SHORT = {"float16": "fp16", "bfloat16": "bf16"}
+DTYPE = {v: k for k, v in SHORT.items()}
+RECORD_TOOL = "bench.gpu"
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    group: str
+    rows: tuple
+    what: str
+    needs: tuple = ()  # units whose rows this one's ratios and targets refer to
+
+
+def _units() -> Dict[str, Unit]:
+    units = []
+    for dtype in ("float16", "bfloat16"):
+        for level in ("O1", "O2"):
+            name = f"{level}-{SHORT[dtype]}"
+            units.append(Unit(name, "loop", (f"bare-{name}", f"engine-{name}"),
+                              f"engine vs bare loop, {level} {dtype}",
+                              needs=(f"O1-{SHORT[dtype]}",) if level == "O2" else ()))
+    units += [
+        Unit("compile", "compile", ("bare-compile", "engine-compile"),
+             "engine vs bare loop, O1 --amp-dtype, both torch.compile'd"),
+        Unit("nd-synthetic", "scripts", ("nd-synthetic",), "train/nd.py --dummy"),
+        Unit("ddp-1rank", "scripts", ("ddp-1rank",),
+             "torchrun --nproc_per_node=1 train/ddp.py --dummy (NCCL; gloo on a CPU)",
+             needs=("nd-synthetic",)),
+        Unit("pytorch-loader", "scripts", ("pytorch-loader",),
+             "train/nd.py on generated JPEGs, --data-backend pytorch", needs=("nd-synthetic",)),
+        Unit("dali-gpu", "scripts", ("dali-gpu",),
+             "train/nd.py on generated JPEGs, --data-backend dali-gpu (when installed)",
+             needs=("nd-synthetic",)),
+    ]
+    return {u.name: u for u in units}
+
+
+UNITS = _units()
+GROUPS = list(dict.fromkeys(u.group for u in UNITS.values()))
+ROW_ORDER = [row for u in UNITS.values() for row in u.rows]
+
+
+class Failure(Exception):
+    """A unit could not measure (its message says why)."""
+
+
+class Skip(Exception):
+    """A unit cannot run here (DALI missing, a GPU loader on a CPU)."""
+
+
+# --- the command line ---------------------------------------------------------------------------
+def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m imagenet_recipes.bench.gpu", description=__doc__.split("\n")[0],
+                                epilog=__doc__.split("\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="cpu: a check of the tool itself with a tiny configuration "
+                        "(default: %(default)s)")
+    p.add_argument("-a", "--arch", default="resnet50", help="(default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=224, help="(default: %(default)s)")
+    p.add_argument("-b", "--batch-size", type=int, default=256, help="(default: %(default)s)")
+    p.add_argument("--steps", type=int, default=20,
+                   help="steps per round (pairs) and per log interval (nd, DDP) "
+                        "(default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=10,
+                   help="untimed steps first (scripts: rounded up to whole intervals, at least "
+                        "one) (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed rounds / intervals; img/s is their median "
+                        "(default: %(default)s)")
+    p.add_argument("--amp-dtype", default="float16", choices=("float16", "bfloat16"),
+                   help="half type of the compile pair and of the entry scripts' rows "
+                        "(default: %(default)s)")
+    p.add_argument("-j", "--workers", type=int, default=None,
+                   help="loader workers (DALI: threads) of the loader rows (default: the "
+                        "engine's own choice for one process)")
+    p.add_argument("--group", help=f"comma-separated groups: {', '.join(GROUPS)} (default, "
+                   "without --only: all)")
+    p.add_argument("--only", help="comma-separated units (see --list); with --group, both")
+    p.add_argument("--list", action="store_true", help="print the units and exit")
+    p.add_argument("--target", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"replace a target ({', '.join(f'{k}={v:g}' for k, v in TARGETS.items())})")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    p.add_argument("--json", type=Path, metavar="PATH", help="the record (rewritten after "
+                   "each unit)")
+    p.add_argument("--out", type=Path, help="the runs and their console output (default: "
+                   "runs/bench_gpu-DATE-TIME)")
+    p.add_argument("--data", type=Path, help="the generated JPEG set of the loader rows "
+                   "(default: runs/bench_gpu-data/<size>; made once, reused)")
+    p.add_argument("--row-timeout", type=float, default=360,
+                   help="seconds an entry script's run may take (default: %(default)s)")
+    p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
+                   "(default: git's)")
+    args = p.parse_args(argv)
+    from imagenet_recipes.bench.studies import loop  # torch, like every measurement after the parse
+
+    loop.check_sizes(p, args)
+    if args.workers is not None and args.workers <= 0:
+        p.error("--workers must be positive (the loader rows measure worker processes)")
+    args.targets = dict(TARGETS)
+    for item in args.target:
+        name, _, value = item.partition("=")
+        if name not in TARGETS:
+            p.error(f"--target {item}: unknown target {name!r} ({', '.join(TARGETS)})")
+        try:
+            args.targets[name] = float(value)
+        except ValueError:
+            p.error(f"--target {item}: {value!r} is not a number")
+    try:
+        args.units = select(args.group, args.only)
+    except ValueError as err:
+        p.error(str(err))
+    return args
+
+
+def select(groups: Optional[str], only: Optional[str]) -> List[str]:
+    """The units to run, in their canonical order, with the units they need."""
+    def names(text: Optional[str]) -> List[str]:
+        return [w.strip() for w in (text or "").split(",") if w.strip()]
+
+    bad = [g for g in names(groups) if g not in GROUPS]
+    if bad:
+        raise ValueError(f"--group: unknown {', '.join(bad)} (groups: {', '.join(GROUPS)})")
+    bad = [u for u in names(only) if u not in UNITS]
+    if bad:
+        raise ValueError(f"--only: unknown {', '.join(bad)} (units: {', '.join(UNITS)})")
+    wanted = {u.name for u in UNITS.values() if u.group in names(groups)} | set(names(only))
+    if not (groups or only):
+        wanted = set(UNITS)
+    for name in list(wanted):
+        wanted |= set(UNITS[name].needs)
+    return [name for name in UNITS if name in wanted]
+
+
+def list_units() -> None:
+    for group in GROUPS:
+        print(f"{group}:")
+        for u in UNITS.values():
+            if u.group == group:
+                needs = f" (brings {', '.join(u.needs)})" if u.needs else ""
+                print(f"  {u.name:<15} {u.what}; rows {', '.join(u.rows)}{needs}")
+
+
+# --- child processes ----------------------------------------------------------------------------
+class Children:
+    """The processes this tool started, each the leader of a process group of its own, so that
+    one signal reaches everything it started (torchrun, the trainer, its loader workers). Every
+    group is ended when its run ends, on a timeout, and when the tool itself ends or is told
+    to stop (SIGTERM, SIGINT, SIGHUP): none outlives the tool."""
+
+    def __init__(self) -> None:
+        self.live: set = set()
+
+    def run(self, cmd: List[str], timeout: float, **kwargs) -> int:
+        proc = subprocess.Popen(cmd, start_new_session=False, process_group=0, **kwargs)
+        self.live.add(proc)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"still running after {timeout:.0f} s (--row-timeout): stopped")
+        finally:
+            self.stop(proc)
+
+    def stop(self, proc: subprocess.Popen, grace: float = 10.0) -> None:
+        """SIGTERM to the group (torchrun passes it on to its ranks and waits for them), then
+        SIGKILL to whatever is left of it; also after a clean exit, for stragglers."""
+        if proc.poll() is None:
+            self._signal(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(proc, signal.SIGKILL)
+        proc.wait()
+        self.live.discard(proc)
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop_all(self) -> None:
+        for proc in list(self.live):
+            self.stop(proc, grace=5.0)
+
+
+CHILDREN = Children()
+
+
+def _stop_on_signal(signum, frame) -> None:
+    CHILDREN.stop_all()
+    raise SystemExit(128 + signum)
+
+
+# --- the environment ----------------------------------------------------------------------------
+def _version(module: str) -> Optional[str]:
+    try:
+        return __import__(module, fromlist=["__version__"]).__version__
+    except ImportError:
+        return None
+
+
+def environment(device: str) -> dict:
+    import torch
+
+    from imagenet_recipes.bench.common import cpu_cores, cpu_name
+
+    env = {"device": device, "gpu": None, "gpus": 0, "driver": None,
+           "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version(), "nccl": None,
+           "torchvision": _version("torchvision"), "nvidia-dali": _version("nvidia.dali"),
+           "python": platform.python_version(), "cpu": cpu_name(), "cpu_cores": cpu_cores()}
+    if device == "cuda":
+        nccl = torch.cuda.nccl.version()  # a tuple; a plain int in older torch
+        env.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
+                   nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30).stdout.split()
+            env["driver"] = smi[0] if smi else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return env
+
+
+# --- the rows -----------------------------------------------------------------------------------
+def new_row(name: str, unit: str, config: str, img_s: Optional[float] = None,
+            repeats: Sequence[float] = (), reference: Optional[str] = None,
+            peak_bytes: Optional[int] = None, **detail) -> dict:
+    return {"name": name, "unit": unit, "status": "ok", "config": config, "img_s": img_s,
+            "repeats": list(repeats), "reference": reference, "ratio": None,
+            "peak_bytes": peak_bytes, "targets": [], "note": "", "detail": detail}
+
+
+def workload(args: argparse.Namespace, level: str, dtype: str) -> str:
+    return (f"{args.arch} {args.image_size} px, batch {args.batch_size}, channels_last, "
+            f"{level} {dtype}")
+
+
+def reference_of(row: str) -> Optional[str]:
+    """The row a row's ratio compares with (what its method differs from in one thing)."""
+    if row.startswith("engine-"):
+        return "bare-" + row[len("engine-"):]
+    if row in ("ddp-1rank", "pytorch-loader", "dali-gpu"):
+        return "nd-synthetic"
+    return None
+
+
+def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
+    """(target name, the value it judges) for a row: its targets, from its own numbers and
+    the other rows of the same record. None: a reference is missing, not assessed."""
+    name, specs = row["name"], []
+    if name == "engine-O1-fp16":
+        specs.append(("img_s", row["img_s"]))
+    if name.startswith("engine-"):
+        specs.append(("engine_bare", row["ratio"]))
+    if name in ("engine-O2-fp16", "engine-O2-bf16"):
+        o1 = ok.get(name.replace("O2", "O1"))
+        specs.append(("o2_o1", row["img_s"] / o1["img_s"] if o1 else None))
+    if name == "dali-gpu":
+        specs.append(("dali_synthetic", row["ratio"]))
+    return specs
+
+
+def assess(rows: List[dict], targets: Dict[str, float]) -> None:
+    """Ratios and target verdicts of every row, from the rows' img/s (in place)."""
+    ok = {r["name"]: r for r in rows if r["status"] == "ok"}
+    for row in rows:
+        row["ratio"], row["targets"] = None, []
+        if row["status"] != "ok":
+            continue
+        ref = ok.get(row["reference"])
+        if ref:
+            row["ratio"] = row["img_s"] / ref["img_s"]
+        for name, value in target_specs(row, ok):
+            row["targets"].append({"name": name, "text": TARGET_TEXT[name].format(targets[name]),
+                                   "min": targets[name], "value": value,
+                                   "met": None if value is None else value >= targets[name]})
+
+
+def missed(rows: List[dict]) -> List[str]:
+    return [f"{r['name']}: {t['text']} ({_number(t['value'])})" for r in rows
+            for t in r["targets"] if t["met"] is False]
+
+
+# --- the pairs: bench.studies.loop in this process ---------------------------------------------
+def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
+                 compile_: bool) -> List[dict]:
+    import torch
+
+    from imagenet_recipes.bench.studies import loop
+    from imagenet_recipes.config import UsageError
+
+    largs = loop.parse_cli([
+        "-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
+        "--steps", str(args.steps), "--warmup", str(args.warmup), "--repeats", str(args.repeats),
+        "--opt-level", level, "--amp-dtype", dtype, "--device", args.device, "--channels-last",
+        *(["--compile"] if compile_ else [])])
+    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
+        try:
+            trainer = loop.build_trainer(largs, logdir)
+        except UsageError as err:
+            raise Failure(str(err)) from None
+        try:
+            bare = loop.BareLoop(trainer)
+            batches = loop.make_batches(max(args.steps, args.warmup), args.batch_size,
+                                        args.image_size, trainer.num_classes, trainer.device,
+                                        True)
+            print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}",
+                  flush=True)
+            rounds = loop.measure(largs, trainer, bare, batches)
+            weight_diff = loop.max_weight_difference(trainer.strategy.module, bare.model)
+        finally:
+            trainer.close()
+    del trainer, bare, batches
+    gc.collect()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+
+    def peak(side: str) -> Optional[int]:
+        values = [r[f"{side}_peak_bytes"] for r in rounds if f"{side}_peak_bytes" in r]
+        return max(values) if values else None
+
+    config = workload(args, level, dtype) + (", torch.compile" if compile_ else "")
+    bare_name, engine_name = unit.rows
+    return [
+        new_row(bare_name, unit.name, f"bare PyTorch loop: {config}",
+                statistics.median(r["bare_img_s"] for r in rounds),
+                [r["bare_img_s"] for r in rounds], peak_bytes=peak("bare")),
+        new_row(engine_name, unit.name, f"engine (Trainer.train_step): {config}",
+                statistics.median(r["engine_img_s"] for r in rounds),
+                [r["engine_img_s"] for r in rounds], reference=bare_name,
+                peak_bytes=peak("engine"), round_ratios=[r["ratio"] for r in rounds],
+                max_weight_diff=weight_diff),
+    ]
+
+
+# --- the entry scripts --------------------------------------------------------------------------
+class Context:
+    def __init__(self, args: argparse.Namespace, out: Path):
+        self.args, self.out = args, out
+        self.runs = out / "runs"
+
+
+def run_entry(ctx: Context, name: str, entry: str, flags: List[str]) -> tuple:
+    """An entry script run as a user runs it (torchrun with one process for DDP), through
+    bench.gpu_entry for its peak memory. -> (its log records by kind, peak bytes or None)."""
+    from imagenet_recipes.bench.common import read_log, registry
+
+    e = registry().ENTRIES[entry]
+    wrapped = ["-m", "imagenet_recipes.bench.gpu_entry", str(REPO / e.script)]
+    if e.launcher == "python":
+        cmd = [sys.executable, *wrapped]
+    else:  # torchrun: the launcher the registry names for ddp
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node=1", *wrapped]
+    cmd += [*flags, "--logdir", str(ctx.runs), "--run-name", name]
+    peak_file = ctx.out / f"{name}.peak"
+    env = {**os.environ, "BENCH_GPU_PEAK": str(peak_file)}
+    console = ctx.out / f"{name}.console.txt"
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    print(f"$ {' '.join(cmd)}", flush=True)
+    with open(console, "w") as output:
+        code = CHILDREN.run(cmd, ctx.args.row_timeout, cwd=REPO, env=env, stdout=output,
+                            stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = [line for line in console.read_text(errors="replace").splitlines()
+                if line.strip()][-3:]
+        raise Failure(f"{e.script} exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
+    peak_path = Path(f"{peak_file}.0")
+    peak = json.loads(peak_path.read_text())["peak_bytes"] if peak_path.is_file() else None
+    return read_log(ctx.runs / name), peak
+
+
+def intervals(log: dict) -> List[dict]:
+    """The logged training intervals: steps, images, seconds and img/s of each."""
+    found, last = [], 0
+    for r in log.get("train", []):
+        steps = r["epoch_step"] - last
+        last = r["epoch_step"]
+        seconds = r["step_time"] * steps
+        found.append({"steps": steps, "images": r["count"], "seconds": seconds,
+                      "img_s": r["count"] / seconds})
+    return found
+
+
+def common_flags(args: argparse.Namespace) -> List[str]:
+    return ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
+            "--opt-level", "O1", "--amp-dtype", args.amp_dtype, "--channels-last",
+            "--device", args.device, "--epochs", "1"]
+
+
+def measure_synthetic(ctx: Context, unit: Unit, entry: str) -> List[dict]:
+    """nd.py or DDP on one process, --dummy: the median img/s of --repeats log intervals of
+    --steps steps, after the warm-up interval(s) (start-up, cuDNN's autotuning)."""
+    args = ctx.args
+    warm = max(1, math.ceil(args.warmup / args.steps))
+    flags = [*common_flags(args), "--dummy", "-p", str(args.steps),
+             "--synthetic-train-size", str(args.batch_size * args.steps * (warm + args.repeats)),
+             "--synthetic-val-size", str(args.batch_size)]
+    log, peak = run_entry(ctx, unit.name, entry, flags)
+    window = intervals(log)[warm:]
+    if len(window) < args.repeats:
+        raise Failure(f"{len(window)} timed intervals logged, expected {args.repeats}")
+    run = log["run"][0]
+    backend = f", {run['backend']}" if run.get("backend") else ""
+    launched = "torchrun --nproc_per_node=1 train/ddp.py" if entry == "ddp" else "train/nd.py"
+    return [new_row(unit.rows[0], unit.name,
+                    f"{launched} --dummy: {workload(args, 'O1', args.amp_dtype)}, "
+                    f"{run['world_size']} process{backend}",
+                    statistics.median(i["img_s"] for i in window),
+                    [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
+                    peak_bytes=peak, backend=run.get("backend"),
+                    warmup_steps=warm * args.steps)]
+
+
+def prefetch_factor() -> int:
+    """Batches each DataLoader worker keeps ready: the pytorch backend leaves torch's default,
+    read here from torch itself (building a DataLoader starts no worker)."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(range(1), num_workers=1).prefetch_factor
+
+
+def loader_workers(args: argparse.Namespace) -> int:
+    """-j of the loader rows: --workers, else what the engine picks for one process (-j -1)."""
+    if args.workers:
+        return args.workers
+    from imagenet_recipes.data.pytorch import default_workers
+
+    return default_workers(1)
+
+
+def jpeg_set(ctx: Context, images: int) -> Path:
+    """Generated JPEGs (data/make_synthetic.py) for `images` training images of ImageNet-like
+    sizes (about 1.4x to 2.2x the crop: 314-493 px for 224), 10 classes; made once and reused."""
+    from imagenet_recipes.bench.jobs import dataset_command, make_dataset
+
+    args = ctx.args
+    per_class = math.ceil(images / 10)
+    low, high = round(args.image_size * 1.4), round(args.image_size * 2.2)
+    root = ctx.args.data or REPO / "runs" / "bench_gpu-data" / f"{low}-{high}px-{per_class}"
+    print(f"JPEG set: {10 * per_class} training images at {low}-{high} px in {root}", flush=True)
+    make_dataset(dataset_command(root, classes=10, train=per_class, val=1, min_size=low,
+                                 max_size=high, workers=None))
+    return root
+
+
+def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
+    """nd.py on generated JPEGs: images over seconds across LOADER_WINDOW log intervals of
+    (workers x prefetch_factor) batches each, after the warm-up interval(s)."""
+    args = ctx.args
+    if backend.startswith("dali"):
+        if args.device != "cuda":
+            raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
+        try:
+            found = importlib.util.find_spec("nvidia.dali") is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise Skip("nvidia.dali is not installed")
+    workers, prefetch = loader_workers(args), prefetch_factor()
+    # One interval is as many batches as the workers may hold ready at once; the window is
+    # LOADER_WINDOW of them, so a full prefetch buffer at the start is at most a tenth of it.
+    per = workers * prefetch
+    warm = max(1, math.ceil(args.warmup / per))
+    steps = per * (warm + LOADER_WINDOW)
+    data = jpeg_set(ctx, steps * args.batch_size)
+    flags = [*common_flags(args), "--data-backend", backend, "-j", str(workers), "-p", str(per),
+             "--steps-per-epoch", str(steps), str(data)]
+    log, peak = run_entry(ctx, unit.name, "nd", flags)
+    window = intervals(log)[warm:]
+    counted = sum(i["steps"] for i in window)
+    if counted < LOADER_WINDOW * per:
+        raise Failure(f"only {counted} batches after the warm-up, expected "
+                      f"{LOADER_WINDOW * per}")
+    img_s = sum(i["images"] for i in window) / sum(i["seconds"] for i in window)
+    label = ("thread" if backend.startswith("dali") else "worker") + "s" * (workers > 1)
+    return [new_row(unit.rows[0], unit.name,
+                    f"train/nd.py --data-backend {backend}, generated JPEGs, {workers} loader "
+                    f"{label}: {workload(args, 'O1', args.amp_dtype)}", img_s,
+                    [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
+                    peak_bytes=peak, workers=workers, prefetch_factor=prefetch,
+                    warmup_batches=warm * per, window_batches=counted, data=str(data))]
+
+
+# --- running ------------------------------------------------------------------------------------
+def measure(ctx: Context, unit: Unit) -> List[dict]:
+    args = ctx.args
+    if unit.group == "loop":
+        level, short = unit.name.split("-")
+        return measure_pair(args, unit, level, DTYPE[short], compile_=False)
+    if unit.name == "compile":
+        return measure_pair(args, unit, "O1", args.amp_dtype, compile_=True)
+    if unit.name == "nd-synthetic":
+        return measure_synthetic(ctx, unit, "nd")
+    if unit.name == "ddp-1rank":
+        return measure_synthetic(ctx, unit, "ddp")
+    return measure_loader(ctx, unit, "pytorch" if unit.name == "pytorch-loader" else "dali-gpu")
+
+
+def run_unit(ctx: Context, unit: Unit) -> List[dict]:
+    """The unit's rows; a unit that fails or cannot run here gives rows saying so, and the
+    others still run."""
+    print(f"\n== {unit.name}: {unit.what}", flush=True)
+    started = time.perf_counter()
+    try:
+        rows = measure(ctx, unit)
+    except Skip as why:
+        rows = [dict(new_row(r, unit.name, unit.what), status="skipped", note=str(why))
+                for r in unit.rows]
+    except Failure as why:
+        rows = [dict(new_row(r, unit.name, unit.what), status="failed", note=str(why))
+                for r in unit.rows]
+    except Exception as err:  # a unit that breaks is a failed unit; the next may still run
+        note = f"{type(err).__name__}: {err}"
+        rows = [dict(new_row(r, unit.name, unit.what), status="failed", note=note[:500])
+                for r in unit.rows]
+    seconds = time.perf_counter() - started
+    for row in rows:
+        row["seconds"] = seconds
+    return rows
+
+
+def _number(value: Optional[float]) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3f}"
+
+
+def _memory(peak: Optional[int]) -> str:
+    return "n/a" if peak is None else f"{peak / 2**30:.1f} GiB"
+
+
+def verdicts(row: dict) -> str:
+    marks = {True: "met", False: "MISSED", None: "not assessed (reference not measured)"}
+    return "; ".join(f"{t['text']}: {marks[t['met']]}" for t in row["targets"])
+
+
+def print_row(row: dict) -> None:
+    if row["status"] != "ok":
+        print(f"{row['name']:<16} {row['status'].upper()}: {row['note']}", flush=True)
+        return
+    text = f"{row['name']:<16} {row['img_s']:>9,.1f} img/s"
+    if row["ratio"] is not None:
+        text += f"  {row['ratio']:.3f}x {row['reference']}"
+    text += f"  peak {_memory(row['peak_bytes'])}"
+    if row["targets"]:
+        text += f"  [{verdicts(row)}]"
+    print(text, flush=True)
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Whole or not at all: a kill while writing leaves the previous version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(json.dumps(record, indent=2) + "\n")
+    scratch.replace(path)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_cli(argv)
+    if args.list:
+        list_units()
+        return 0
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench.gpu: no CUDA GPU is visible (torch.cuda.is_available() is False); "
+              "--device cpu checks the tool itself", file=sys.stderr)
+        return 2
+    from imagenet_recipes.bench.common import git_commit
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
+    atexit.register(CHILDREN.stop_all)
+
+    started = time.perf_counter()
+    stamp = datetime.datetime.now(datetime.timezone.utc)
+    out = args.out or REPO / "runs" / f"bench_gpu-{stamp:%Y%m%d-%H%M%S}"
+    ctx = Context(args, out)
+    given = list(sys.argv[1:] if argv is None else argv)
+    # --commit only names what a copied tree cannot tell: not part of the measurement
+    shown = [a for i, a in enumerate(given) if not (a.startswith("--commit") or (
+        i and given[i - 1] == "--commit"))]
+    record = {"tool": RECORD_TOOL, "command": shown_command("gpu", shown),
+              "commit": args.commit or git_commit(),
+              "date": stamp.strftime("%Y-%m-%d %H:%M UTC"),
+              "environment": environment(args.device),
+              "config": {k: getattr(args, k) for k in (
+                  "device", "arch", "image_size", "batch_size", "steps", "warmup", "repeats",
+                  "amp_dtype", "workers")},
+              "targets": args.targets, "units": args.units, "complete": False, "seconds": 0.0,
+              "rows": []}
+    env = record["environment"]
+    print(f"bench.gpu: {env['gpu'] or 'CPU'} | cpu {env['cpu']} ({env['cpu_cores']} cores) | "
+          f"torch {env['torch']}, CUDA {env['cuda']}, cuDNN {env['cudnn']}; units: "
+          f"{', '.join(args.units)}; output in {out}", flush=True)
+    rows: List[dict] = []
+    try:
+        for name in args.units:
+            rows += run_unit(ctx, UNITS[name])
+            assess(rows, args.targets)
+            for row in rows:
+                if row["unit"] == name:
+                    print_row(row)
+            record.update(rows=rows, seconds=time.perf_counter() - started)
+            if args.json:
+                write_record(args.json, record)
+        record["complete"] = True
+    finally:
+        record.update(rows=rows, seconds=time.perf_counter() - started)
+        if args.json:
+            write_record(args.json, record)
+        CHILDREN.stop_all()
+
+    failed = [r["name"] for r in rows if r["status"] == "failed"]
+    misses = missed(rows)
+    print(f"\nbench.gpu: {len(rows)} rows in {record['seconds'] / 60:.1f} min; "
+          f"{len(failed)} failed; {len(misses)} target(s) missed"
+          + (f" (record: {args.json})" if args.json else ""))
+    for text in misses:
+        print(f"  TARGET MISSED  {text}")
+    if failed:
+        return 1
+    return 1 if misses and args.strict else 0
+
+
+# --- RESULTS.md ---------------------------------------------------------------------------------
+def records(folder: Path) -> List[tuple]:
+    """(file name, record) of the bench.gpu records in `folder`, oldest first."""
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        record = json.loads(path.read_text())
+        if isinstance(record, dict) and record.get("tool") == RECORD_TOOL:
+            found.append((path.name, record))
+    return sorted(found, key=lambda item: (item[1]["date"], item[0]))
+
+
+def block(folder: Path, figures: Optional[Path] = None) -> str:
+    """RESULTS.md's `gpu` block from the records in `folder` (results/gpu/): every row once,
+    from the latest record that measured it; or, without a record, a plain statement that none
+    exists."""
+    kept = records(folder)
+    if not kept:
+        return render("gpu", records=None)
+    latest: Dict[str, tuple] = {}
+    for i, (_, record) in enumerate(kept, 1):
+        for row in record["rows"]:
+            latest[row["name"]] = (i, row)
+    order = {name: n for n, name in enumerate(ROW_ORDER)}
+    shown = sorted(latest.values(), key=lambda item: order.get(item[1]["name"], len(order)))
+    used = []  # the records some row comes from: (number, file name, record, versions)
+    for i in sorted({i for i, _ in shown}):
+        name, record = kept[i - 1]
+        env = record["environment"]
+        used.append((i, name, record, ", ".join(
+            f"{k} {env[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "nvidia-dali")
+            if env.get(k))))
+    table = []
+    for i, row in shown:
+        name = f"{row['name']} [{i}]"  # [i]: the record it comes from, listed above
+        if row["status"] != "ok":
+            table.append([name, row["config"], f"{row['status']}: {row['note']}".replace(
+                "|", "/"), "", "", "", ""])
+            continue
+        ratio = (f"{row['ratio']:.3f}x {row['reference']}" if row["ratio"] is not None
+                 else "")
+        marks = {True: "met", False: "**MISSED**", None: "not assessed"}
+        targets = "; ".join(f"{t['text']}: {marks[t['met']]}" for t in row["targets"])
+        spread = (f"{min(row['repeats']):,.0f}-{max(row['repeats']):,.0f}" if row["repeats"]
+                  else "")
+        table.append([name, row["config"], targets or "-", f"{row['img_s']:,.1f}", ratio,
+                      _memory(row["peak_bytes"]), spread])
+    return render("gpu", records=used, rows=table,
+                  met=sum(t["met"] is True for _, r in shown for t in r["targets"]),
+                  missed=sum(t["met"] is False for _, r in shown for t in r["targets"]),
+                  shown_commit=shown_commit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The `pytorch` backend's loader workers start from a fork server, started early.
+
+Imports no torch (the CLI starts the server before the trainer imports torch, so that both
+import it at once on two cores); the server itself imports the modules its workers run, once.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+
+from ..config import TrainConfig
+
+PACKAGE = __name__.split(".")[0]
+
+
+def loader_worker_context() -> multiprocessing.context.BaseContext:
+    """How loader workers start: forked from a fork server, never from the training process.
+
+    The training process has threads of its own by the time its loaders start (gloo's or
+    NCCL's, TensorBoard's writer, the other loader's queue feeders); a fork copies any lock one
+    of them holds at that moment, unowned, and the worker that next needs it waits forever
+    (seen here as a validation that never starts on a loaded 2-core machine). The fork server
+    is a fresh, single-threaded process that has imported the data modules once; each worker
+    is forked from it and receives the dataset pickled. (Python 3.14 makes it the default on
+    Linux for the same reason.)
+
+    The server imports the entry script (multiprocessing's `__main__` preload; a worker would
+    otherwise re-run the script's imports itself), `worker_server` first, which keeps the
+    server alive through the stop signals meant for the trainer, then the backend that the
+    workers run. The list only counts when the server starts: the first call decides it."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([f"{PACKAGE}.data.worker_server", "__main__",
+                                    f"{PACKAGE}.data.pytorch"])
+    return context
+
+
+def uses_loader_workers(cfg: TrainConfig) -> bool:
+    """Whether this run's loaders start worker processes (-j 0 loads in the trainer itself)."""
+    return cfg.backend == "pytorch" and cfg.workers != 0
+
+
+def start_loader_server(cfg: TrainConfig) -> None:
+    if uses_loader_workers(cfg):
+        ensure_loader_server()
+
+
+def ensure_loader_server() -> None:
+    """Start the loader workers' fork server (a no-op once it runs).
+
+    The server is a new interpreter that imports the preload list by name: multiprocessing
+    hands it neither the trainer's sys.path nor its main script (CPython's forkserver looks for
+    a 'main_path' key that spawn.get_preparation_data never writes, up to 3.13 at least), so it
+    finds this package where any interpreter of the environment does, installed (`pip install
+    -e .`). A preload that fails does so silently, and each worker then imports torch,
+    torchvision and the engine itself at every start (an epoch 1.19x slower on a 2-core VM,
+    validation 2.6x): tests/test_units.py checks that the server has them."""
+    loader_worker_context()
+    multiprocessing.forkserver.ensure_running()

@@ -1,0 +1,198 @@
+"""`--config FILE`: a preset (recipes/*.toml) or a run's saved config as the defaults of every
+option, which the command line then overrides.
+
+A file is TOML, YAML or JSON; a folder means the run directory's `config.json`, so
+`--config runs/ddp-resnet50-...` repeats that run. Keys are option names, written like the flag
+(`lr-schedule`, `wd`, `train-crop-size`) or like the config field (`lr_schedule`,
+`weight_decay`). What belongs to one invocation (--resume, --run-name, --evaluate,
+--start-epoch, --config) is never taken from a file.
+
+A preset may carry a `[reference]` table: what the published run was (top-1, epochs, global
+batch, GPUs, peak lr, source). `-b` is per process and `--lr` is per 256 images, scaled
+linearly by the global batch (Goyal et al.'s rule), so a preset adapts to any process count by
+itself; `scaling_note` says what changed against the published run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .errors import UsageError
+
+PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
+PRESETS = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def preset_names() -> List[str]:
+    """The presets in recipes/, by the name `--config NAME` takes."""
+    return sorted(p.stem for p in PRESETS.glob("*.toml"))
+
+
+def preset_listing() -> str:
+    """`-h`'s lines on the presets: each name with the published run it follows."""
+    lines = []
+    for name in preset_names():
+        ref = read_mapping(PRESETS / f"{name}.toml").get("reference") or {}
+        what = f"{ref['name']}: {ref['top1']} % top-1 in {ref['epochs']} epochs" \
+            if {"name", "top1", "epochs"} <= set(ref) else ""
+        lines.append(f"  {name:18s}{what}")
+    return "\n".join(["--config NAME takes a preset of recipes/:", *lines])
+
+
+def config_path(text: str) -> Path:
+    """What `--config TEXT` names: a file or run directory, else a preset of recipes/ by name
+    (`torchvision_v2` or `torchvision_v2.toml`), wherever the command runs from."""
+    path = Path(text)
+    if path.exists() or path.parent != Path("."):
+        return path
+    preset = PRESETS / (text if path.suffix == ".toml" else f"{text}.toml")
+    return preset if preset.is_file() else path
+
+
+def read_mapping(path: Path) -> Dict[str, Any]:
+    """The top-level table of a TOML, YAML or JSON file (a run dir: its config.json), or of a
+    preset named as `config_path` finds it."""
+    path = config_path(str(path))
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise UsageError(f"--config {path}: no such file or preset (presets: "
+                         f"{', '.join(preset_names())}; a run's config: RUN_DIR)")
+    text = path.read_text()
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+            data = yaml.safe_load(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise UsageError(f"--config {path}: unknown format {suffix!r}; use .toml, .yaml, "
+                             ".yml or .json")
+    except UsageError:
+        raise
+    except Exception as err:  # the parsers' own errors name the line
+        raise UsageError(f"--config {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a table of options at the top level")
+    return data
+
+
+def _field_names(config_cls: type) -> Dict[str, dataclasses.Field]:
+    """Every spelling of an option -> its field: the field name and each long flag."""
+    names = {}
+    for f in dataclasses.fields(config_cls):
+        names[f.name] = f
+        for flag in f.metadata["flags"]:
+            if flag.startswith("--"):
+                names[flag[2:].replace("-", "_")] = f
+    return names
+
+
+def _coerce(path: Path, key: str, f: dataclasses.Field, value: Any) -> Any:
+    """The file's value as the field's type, or a UsageError naming the key."""
+    kind = f.type.replace("Optional[", "").rstrip("]")
+    nullable = f.type.startswith("Optional[")
+    if value is None and nullable:
+        return None
+    ok = {"bool": lambda v: isinstance(v, bool),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "str": lambda v: isinstance(v, str),
+          "tuple": lambda v: isinstance(v, (list, tuple))}[kind](value)
+    choices = f.metadata["argparse"].get("choices")
+    if not ok or (choices and value not in choices):
+        expected = f"one of {', '.join(choices)}" if choices else f"a {kind}"
+        raise UsageError(f"--config {path}: {key} = {value!r}: expected {expected}")
+    if kind == "float":
+        return float(value)
+    if kind == "tuple":
+        return tuple(value)
+    return value
+
+
+def config_file_defaults(path_text: str, config_cls: type) -> Dict[str, Any]:
+    """field name -> value of every option the file sets (per-invocation ones left out)."""
+    path = Path(path_text)
+    data = read_mapping(path)
+    data.pop("reference", None)
+    names = _field_names(config_cls)
+    defaults = {}
+    for key, value in data.items():
+        f = names.get(key.replace("-", "_"))
+        if f is None:
+            raise UsageError(f"--config {path}: unknown option {key!r} (the keys are option "
+                             "names, e.g. lr-schedule = \"cosine\"; see -h)")
+        if f.name not in PER_INVOCATION:
+            defaults[f.name] = _coerce(path, key, f, value)
+    return defaults
+
+
+def reference_of(path_text: Optional[str]) -> Optional[Dict[str, Any]]:
+    """The preset's [reference] table, if it has one."""
+    if not path_text:
+        return None
+    reference = read_mapping(Path(path_text)).get("reference")
+    return reference if isinstance(reference, dict) else None
+
+
+def scaling_note(cfg, world_size: int, global_batch: int, lr: float) -> List[str]:
+    """Lines telling how this run differs from the preset's published one in scale, and what
+    the linear scaling rule made of it; [] without a [reference] table."""
+    ref = reference_of(cfg.config)
+    if not ref:
+        return []
+    lines = [f"recipe {ref.get('name', cfg.config)}: published {ref['top1']} % top-1 in "
+             f"{ref['epochs']} epochs on {ref['gpus']} GPUs, global batch "
+             f"{ref['global_batch']}, peak lr {ref['lr']:g} ({ref.get('source', '')})"]
+    if global_batch == ref["global_batch"]:
+        lines.append(f"this run: {world_size} process(es) x -b {cfg.batch_size} x --grad-accum "
+                     f"{cfg.grad_accum} = the published global batch; peak lr {lr:.4g}")
+        return lines
+    lines.append(f"this run: {world_size} process(es) x -b {cfg.batch_size} x --grad-accum "
+                 f"{cfg.grad_accum} = global batch {global_batch}, so the peak lr is "
+                 f"{lr:.4g} (--lr {cfg.lr:g} per 256 images, scaled linearly)")
+    accumulate = ref["global_batch"] / (cfg.batch_size * world_size)
+    if accumulate > 1 and accumulate == math.floor(accumulate):
+        lines.append(f"to train with the published global batch on {world_size} process(es), "
+                     f"add --grad-accum {int(accumulate)}")
+    return lines
+
+
+
+# What decides the score of a checkpoint: `-e --resume CHECKPOINT` takes these from the run that
+# wrote it (the command line still overrides), so it measures what that run's validation did.
+EVALUATION_SETTINGS = ("arch", "image_size", "val_resize_size", "val_crop_size",
+                       "progressive_resize", "opt_level", "amp_dtype", "channels_last",
+                       "float64", "model_ema", "loss", "label_smoothing", "data_backend",
+                       "dummy", "synthetic_classes", "synthetic_val_size")
+
+
+def checkpoint_settings(resume: str) -> Dict[str, Any]:
+    """The EVALUATION_SETTINGS of the run that wrote `resume` (a checkpoint file or a run dir):
+    from the run dir's config.json, else from the checkpoint's own copy of its config; {} when
+    neither can be read (the checkpoint's loading then says what is wrong)."""
+    path = Path(resume)
+    config = (path if path.is_dir() else path.parent) / "config.json"
+    try:
+        saved = json.loads(config.read_text())
+    except (OSError, ValueError):
+        if not path.is_file():
+            return {}
+        import torch  # only for a checkpoint kept away from its run dir
+
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True
+                               ).get("config") or {}
+        except Exception:
+            return {}
+    settings = {k: saved[k] for k in EVALUATION_SETTINGS if k in saved}
+    if settings.get("progressive_resize") is not None:
+        settings["progressive_resize"] = tuple(settings["progressive_resize"])
+    return settings

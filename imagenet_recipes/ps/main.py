@@ -1,0 +1,202 @@
+"""train/ps.py: roles, RPC start-up and shutdown, and how a run ends (exit codes as the engine's:
+0 done, 1 failed, 2 bad input)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+from typing import Optional
+
+import torch
+import torch.distributed.rpc as rpc
+
+from .. import lifecycle
+from ..config import UsageError, exit_on_usage_error, parse_args
+from ..data import Shard, build_loaders
+from ..models import arch_slug, build_model
+from ..precision import Precision
+from ..registry import ENTRIES
+from ..strategies.base import pick_device
+from . import evaluator, server as srv, shards, wire
+from .config import PSConfig
+from .worker import Worker, WorkerStopped
+
+ENTRY = "ps"
+
+
+def rank_and_world() -> tuple:
+    """From torchrun (RANK, WORLD_SIZE) or from srun (SLURM_PROCID, SLURM_NTASKS)."""
+    for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if os.environ.get(rank_var) and os.environ.get(world_var):
+            return int(os.environ[rank_var]), int(os.environ[world_var])
+    return 0, 1
+
+
+# RPC's start-up calls a deprecated torch API internally; nothing for users to act on.
+warnings.filterwarnings("ignore", message="You are using a Backend")
+
+
+def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
+    # env:// joins torchrun's rendezvous store (or starts one at MASTER_ADDR:MASTER_PORT).
+    # A round may legitimately wait for the slowest worker, so calls may take --dist-timeout.
+    # TensorPipe's shared-memory transport polls: an idle process spends a whole core on it
+    # (`python -m imagenet_recipes.bench.studies.rpc_transport`), which servers and waiting workers cannot afford
+    # on the cores the workers compute on.
+    transports = ["uv"] if cfg.rpc_transport == "uv" else None
+    return rpc.TensorPipeRpcBackendOptions(rpc_timeout=cfg.dist_timeout, init_method="env://",
+                                           _transports=transports)
+
+
+def run_server(cfg: PSConfig, workers: int) -> int:
+    device = pick_device(cfg.device)
+    cfg.resolve_channels_last(device.type)
+    torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
+    _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
+    # The model stays on the CPU, in float32 whatever the workers compute in (their O2 masters
+    # live here), or float64 with --float64.
+    model = Precision(float64=cfg.float64).convert_module(
+        build_model(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual))
+    precision = Precision.from_config(cfg)  # the workers', as the run record describes it
+    precision.bind(device, notice=lambda message: None)
+    prefix = f"{ENTRY}-{cfg.mode}-{arch_slug(cfg.arch)}-"
+    resume_state = lifecycle.find_resume_state(cfg, prefix)
+    if resume_state is not None:
+        lifecycle.check_resume_matches(resume_state, arch=cfg.arch, num_classes=num_classes,
+                                       mode=cfg.mode)
+    run_dir = lifecycle.run_directory(cfg, prefix, resume_state)
+    log = lifecycle.open_log(run_dir, cfg, is_main=True)
+    server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
+                                 run_dir)
+    if resume_state:
+        server.restore(resume_state)
+    srv._SERVER = server  # before RPC starts: workers call in as soon as it has
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda num, frame: _stop_on_signal(server, num))
+    world = cfg.num_servers + workers
+    rpc.init_rpc(wire.SERVER, rank=0, world_size=world, rpc_backend_options=_rpc_options(cfg))
+    lifecycle.write_run_record(
+        log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=world,
+        workers=workers, servers=cfg.num_servers,
+        shard_sizes=[sum(server.params[i].numel() for i in s) for s in server.shards],
+        push_dtype=cfg.push_dtype, backend="tensorpipe", devices_per_process=1,
+        slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
+        precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
+        num_classes=num_classes, device=str(device))
+    slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
+    servers = "server" if cfg.num_servers == 1 else f"{cfg.num_servers} servers"
+    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, {servers} + {workers} workers "
+              f"(slowdown {slowdowns}, split "
+              f"{cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
+              f"{run_dir}")
+    server.failure_monitor().start()
+    server.finished.wait()
+    failed = server.failure is not None
+    # After a failure the other workers are being told; let them hear it before leaving.
+    server.departed.wait(timeout=10.0)
+    preempted = server.stop_signal is not None and not failed
+    try:
+        if not failed:
+            server.jobs.close()  # the last evaluation and checkpoint
+        if preempted:
+            server.write_final_checkpoint()
+        reason = f"failed: {server.failure}" if failed else server.stop_reason
+        lifecycle.write_end_record(log, server.epoch, server.step, server.best_top1, reason,
+                                   samples_seen=server.samples, lost_workers=server.lost)
+        if failed:
+            print(f"error: parameter server: {server.failure}", file=sys.stderr, flush=True)
+    finally:
+        server.end_shards()
+        log.close()
+        val_loader.close()
+        # Graceful shutdown waits for every process; a lost worker never arrives.
+        _shutdown(graceful=not server.lost)
+    if preempted:
+        print(lifecycle.preempted_message(ENTRY, server.stop_signal), flush=True)
+        return lifecycle.PREEMPTED_EXIT_CODE
+    return lifecycle.EXIT_FAILED if failed else 0
+
+
+def _stop_on_signal(server, signum: int) -> None:
+    # Only a flag: the server stops everyone at its next update, then checkpoints.
+    server.stop_signal = signal.Signals(signum).name
+    print(f"=> ps: {server.stop_signal} received; stopping the workers at the next update",
+          flush=True)
+
+
+def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:
+    """Server `index` >= 1 of --num-servers: one shard of the parameters (shards.py)."""
+    shards._SHARD = server = shards.ShardServer(cfg, workers)
+    for signum in (signal.SIGTERM, signal.SIGUSR1):  # server 0 decides when the run stops
+        signal.signal(signum, signal.SIG_IGN)
+    rpc.init_rpc(wire.server_name(index), rank=index, world_size=cfg.num_servers + workers,
+                 rpc_backend_options=_rpc_options(cfg))
+    server.serve(shards.coordinator_alive)
+    _shutdown(graceful=server.graceful)
+    return lifecycle.EXIT_FAILED if server.failed else 0
+
+
+def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
+    worker_index = rank - cfg.num_servers + 1  # workers are numbered 1..N
+    worker = Worker(cfg, worker_index, workers,
+                    cfg.slowdowns(workers, "workers")[worker_index - 1])
+    rpc.init_rpc(wire.worker_name(worker_index), rank=rank,
+                 world_size=cfg.num_servers + workers, rpc_backend_options=_rpc_options(cfg))
+    try:
+        worker.run()
+    except WorkerStopped as err:
+        print(f"error: worker {worker_index}: the run stopped: {err}", file=sys.stderr,
+              flush=True)
+        worker.say_goodbye()
+        _shutdown(graceful=False)
+        return lifecycle.EXIT_FAILED
+    finally:
+        worker.loader.close()
+    _shutdown(graceful=not worker.lost_peers)  # a lost peer would never join a graceful one
+    return 0
+
+
+# How long a graceful RPC shutdown waits for the other processes. Unbounded (torch's default), a
+# worker whose peer died while the run was ending (after the server had taken note and left
+# without the graceful barrier) waited for the barrier forever.
+GRACEFUL_SHUTDOWN_S = 30.0
+
+
+def _shutdown(graceful: bool) -> None:
+    if graceful:
+        try:
+            rpc.shutdown(graceful=True, timeout=GRACEFUL_SHUTDOWN_S)
+            return
+        except Exception as err:  # a peer left early: nothing more to say to it
+            print(f"note: RPC shutdown: {str(err).splitlines()[0][:200]}", flush=True)
+    rpc.shutdown(graceful=False)
+
+
+def main(argv: Optional[list] = None, description: str = "") -> None:
+    try:
+        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=PSConfig,
+                         entry=ENTRY)
+        if cfg.evaluator:
+            evaluator.watch(cfg)
+            return
+        rank, world = rank_and_world()
+        servers = cfg.num_servers
+        if world <= servers:
+            serving = "rank 0 serves" if servers == 1 else f"ranks 0..{servers - 1} serve"
+            raise UsageError(
+                f"the parameter server needs at least {servers + 1} processes ({serving}, "
+                f"the others are workers), got world size {world}: e.g. torchrun "
+                f"--nproc_per_node={servers + 2} train/ps.py --mode {cfg.mode} ...")
+        workers = world - servers
+        # A wrong-length list: every rank says so before any RPC starts.
+        cfg.slowdowns(workers, f"workers (world size - {servers} server"
+                               f"{'s' if servers > 1 else ''})")
+        if rank == 0:
+            code = run_server(cfg, workers)
+        elif rank < servers:
+            code = run_shard_server(cfg, rank, workers)
+        else:
+            code = run_worker(cfg, rank, workers)
+    except UsageError as err:
+        exit_on_usage_error(err)
+    sys.exit(code)

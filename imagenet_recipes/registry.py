@@ -1,0 +1,97 @@
+"""The one list of what the project offers: strategies and what each provides, entry scripts,
+opt levels, data backends.
+
+The CLI's choices, the sweep, the plots and the RESULTS tables all read these tables instead of
+keeping lists of their own, so adding a strategy or a data backend is one line here plus its
+module. Plain data only (no torch import), so the tools can read it cheaply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Tuple
+
+
+# Capabilities: what a strategy offers beyond what every script has. A config field names the
+# one it needs (config.opt's `needs`); a script shows and accepts the field only when its
+# strategy provides it, and refuses it otherwise, naming the scripts that have it.
+ENGINE_LOOP = "the engine's loop"       # imagenet_recipes.engine: optimizers, EMA, MixUp, compile, -e
+PROCESSES = "one process per device"    # a group of processes (--worker-slowdown per process)
+COLLECTIVE_TIMEOUT = "collective timeouts"  # torch.distributed's own (--dist-timeout)
+SYNC_BN = "BatchNorm over processes"
+SHARE_GPUS = "several processes per GPU"
+DDP_COMM_HOOKS = "DDP communication hooks"
+HOROVOD_COMPRESSION = "Horovod's gradient compression"
+WHOLE_WEIGHTS = "whole weights on every rank"  # the engine's loop, unsharded: --model-ema
+LOCAL_SGD = "local SGD"  # each rank steps on its own gradients, the models averaged periodically
+CAPABILITIES = frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
+                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS, LOCAL_SGD})
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One way of distributing the work: the class that implements it and what it provides."""
+    path: str                  # "module:Class" in imagenet_recipes.strategies ("" : imagenet_recipes.ps runs it)
+    provides: FrozenSet[str]
+
+
+STRATEGIES: Dict[str, StrategySpec] = {
+    "nd": StrategySpec("base:Strategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
+    "dp": StrategySpec("dp:DataParallelStrategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
+    "ddp": StrategySpec("ddp:DDPStrategy", frozenset({
+        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
+        DDP_COMM_HOOKS, LOCAL_SGD})),
+    "hvd": StrategySpec("horovod:HorovodStrategy", frozenset({
+        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN, HOROVOD_COMPRESSION})),
+    "fsdp": StrategySpec("fsdp:FSDPStrategy", frozenset({
+        ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN})),
+    # the parameter server: its own loop (imagenet_recipes.ps) and its own options (ps.config.PSConfig)
+    "ps": StrategySpec("", frozenset({PROCESSES, COLLECTIVE_TIMEOUT})),
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry script: which strategy it runs and how users launch it."""
+    name: str                  # the `entry` field of every log record, e.g. "ddp_apex"
+    script: str                # path from the repository root
+    strategy: str              # its key in STRATEGIES
+    label: str                 # how plots and tables name it
+    launcher: str              # "python" | "torchrun" | "horovodrun"
+    defaults: Dict[str, object] = field(default_factory=dict)  # config defaults it changes
+
+    def provides(self, capability: str) -> bool:
+        return capability in STRATEGIES[self.strategy].provides
+
+    @property
+    def distributed(self) -> bool:
+        """One process per device (scales with the process count)."""
+        return self.provides(PROCESSES)
+
+
+ENTRIES: Dict[str, Entry] = {e.name: e for e in (
+    Entry("nd", "train/nd.py", "nd", "nd", "python"),
+    Entry("dp", "train/dp.py", "dp", "DataParallel", "python"),
+    Entry("ddp", "train/ddp.py", "ddp", "DDP", "torchrun"),
+    Entry("ddp_apex", "train/ddp_apex.py", "ddp", "DDP (apex)", "torchrun",
+          defaults={"opt_level": "O1"}),
+    Entry("hvd", "train/hvd.py", "hvd", "Horovod", "horovodrun"),
+    Entry("fsdp", "train/fsdp.py", "fsdp", "FSDP2", "torchrun"),
+    Entry("ps", "train/ps.py", "ps", "PS", "torchrun"),  # parameter server
+)}
+
+
+def entries_providing(capability: str) -> Tuple[str, ...]:
+    """The entry scripts (names) whose strategy provides `capability`."""
+    return tuple(name for name, entry in ENTRIES.items() if entry.provides(capability))
+
+
+# apex's opt levels, implemented on native torch.amp (precision.py says what each one does).
+OPT_LEVELS: Tuple[str, ...] = ("O0", "O1", "O2", "O3")
+
+# --data-backend choices -> the module of imagenet_recipes.data that builds their loaders.
+DATA_BACKENDS: Dict[str, str] = {
+    "pytorch": "imagenet_recipes.data.pytorch",
+    "synthetic": "imagenet_recipes.data.synthetic",
+    "dali-cpu": "imagenet_recipes.data.dali",
+    "dali-gpu": "imagenet_recipes.data.dali",
+}
