@@ -6,41 +6,14 @@ ImageNet recipes do.
 """
 from __future__ import annotations
 
-import atexit
-import multiprocessing
-import os
-import signal
-import threading
-import time
-from typing import Optional
-
 import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
-from ..machine import cores_per_process
-from .augment import IMAGENET_MEAN, IMAGENET_STD
 from .folders import collate_uint8, image_folders
 from .loader_server import ensure_loader_server, loader_worker_context
+from .loading import UInt8Normalizer, WorkerGuard, default_workers, shutdown_workers
 from .sampling import Shard, ShardedSampler, train_sampling
-
-
-class UInt8Normalizer:
-    """uint8 NCHW batch -> normalised float32 on the device, in the requested memory format.
-
-    Shared by every backend that hands over uint8 images, so they all meet the same contract."""
-
-    def __init__(self, device: torch.device, channels_last: bool):
-        shape = (1, 3, 1, 1)
-        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(shape) * 255
-        self.inv_std = 1.0 / (torch.tensor(IMAGENET_STD, device=device).view(shape) * 255)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        # In place on the one float copy: every new batch-sized tensor is fresh memory that a
-        # CPU has to fault in (python -m imagenet_recipes.bench.io, `pytorch backend` row).
-        images = images.to(torch.float32, copy=True).sub_(self.mean).mul_(self.inv_std)
-        return images.contiguous(memory_format=self.memory_format)
 
 
 class DeviceLoader:
@@ -71,11 +44,7 @@ class DeviceLoader:
 
     def close(self) -> None:
         """Stop the persistent worker processes now rather than at interpreter exit."""
-        # DataLoader has no public close; its worker iterator shuts down cleanly on request.
-        workers = getattr(self.loader, "_iterator", None)
-        if workers is not None and hasattr(workers, "_shutdown_workers"):
-            workers._shutdown_workers()
-            self.loader._iterator = None
+        shutdown_workers(self.loader)
 
     def __iter__(self):
         self.skipped = 0
@@ -86,70 +55,6 @@ class DeviceLoader:
             images = images.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
             yield self.normalize(images), targets
-
-
-class WorkerGuard:
-    """What DataLoader workers need to know of the trainer that owns them.
-
-    Preemption: torchrun and SLURM deliver SIGTERM / SIGUSR1 to every process of the job, loader
-    workers included; a worker killed by it makes the training process fail before it can write
-    its preemption checkpoint. So workers ignore SIGUSR1, and ignore SIGTERM until the trainer
-    starts exiting: multiprocessing stops daemonic workers at exit with SIGTERM, which must
-    still work.
-
-    A trainer that dies (SIGKILL, the OOM killer): started from the fork server, a worker's
-    parent is that server, not the trainer, so DataLoader's own check (has my parent changed?)
-    never fires, and the server lives as long as the workers do. Each worker therefore watches
-    the trainer itself and ends within a second of it.
-    """
-
-    def __init__(self, context=None):
-        self.trainer_pid = os.getpid()
-        # shared memory, handed to each worker when it starts
-        self.trainer_exiting = (context or multiprocessing).Value("b", 0, lock=False)
-        # Registered after multiprocessing's own exit hook, so it runs before it.
-        atexit.register(self._mark_exiting)
-
-    def _mark_exiting(self) -> None:
-        self.trainer_exiting.value = 1
-
-    def worker_init(self, worker_id: int) -> None:
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        threading.Thread(target=_exit_when_gone, args=(self.trainer_pid,), daemon=True,
-                         name="trainer-watch").start()
-
-    def _on_sigterm(self, signum, frame) -> None:
-        if self.trainer_exiting.value:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _exit_when_gone(pid: int, interval: float = 1.0) -> None:
-    while _running(pid):
-        time.sleep(interval)
-    os._exit(1)
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie waiting for its own parent to collect it."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as status:
-            stat = status.read()
-    except OSError:  # no procfs: a zombie counts as running
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def default_workers(local_world: int, cores: Optional[int] = None) -> int:
-    """Loader processes per rank: the rank's share of the cores (`cores`, else those this
-    process may run on), one left for the rank itself. No fixed cap: JPEG decoding is what
-    limits a GPU's rate (8 workers fed an H100 0.72x of what it trains, 15 about 0.95x)."""
-    return max(1, cores_per_process(local_world, cores) - 1)
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):

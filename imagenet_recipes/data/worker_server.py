@@ -1,4 +1,4 @@
-"""Imported only in the fork server that starts the `pytorch` backend's loader workers
+"""Imported only in the fork server that starts the loader workers (`pytorch`, `gpu` backends)
 (loader_server.loader_worker_context names it in the server's preload list; the trainer never
 imports it).
 
@@ -7,7 +7,7 @@ it too: torchrun passes SIGTERM on to each rank's whole group, SLURM signals eve
 job step. Killed by one, the server would take the workers with it (a worker ends when its
 parent changes) and the trainer would fail on a missing batch before it writes its preemption
 checkpoint. So the server ignores them; it ends by itself once its trainer and the workers are
-gone, and the workers set their own handlers when they start (pytorch.WorkerGuard).
+gone, and the workers set their own handlers when they start (loading.WorkerGuard).
 
 When it ends, it skips Python's teardown: with torch loaded, that is close to a second of CPU
 (a last garbage collection over every module) taken from the trainer's own exit, for a process
