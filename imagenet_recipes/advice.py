@@ -60,8 +60,8 @@ def data_wait_note(share: float, backend: str, workers: int, cores: int,
         fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
     else:
         fixes.append(f"-j {workers} already uses every core but one")
-    if device_type == "cuda" and backend != "dali-gpu":
-        fixes.append("decode on the GPU: --data-backend dali-gpu")
+    if device_type == "cuda" and backend not in ("dali-gpu", "gpu"):
+        fixes.append("decode on the GPU: --data-backend dali-gpu or gpu")
     elif device_type != "cuda" and backend == "pytorch":
         fixes.append("decode with DALI's CPU pipeline: --data-backend dali-cpu")
     return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "

@@ -94,4 +94,5 @@ DATA_BACKENDS: Dict[str, str] = {
     "synthetic": "imagenet_recipes.data.synthetic",
     "dali-cpu": "imagenet_recipes.data.dali",
     "dali-gpu": "imagenet_recipes.data.dali",
+    "gpu": "imagenet_recipes.data.gpu_decode",  # TorchCodec decoding in the training process
 }

@@ -135,7 +135,7 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["pytorch", "dali-cpu"])
+@pytest.mark.parametrize("backend", ["pytorch", "dali-cpu", "gpu"])
 def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path,
                                                                      backend):
     """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
@@ -144,6 +144,8 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     that takes its pipeline's random state, restored inside the epoch."""
     if backend.startswith("dali"):
         pytest.importorskip("nvidia.dali")
+    if backend == "gpu":  # decodes with TorchCodec (on the CPU here)
+        pytest.importorskip("torchcodec")
     common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--seed",
                                       "4", "--logdir", tmp_path, "--data-backend", backend]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",

@@ -1,4 +1,5 @@
-"""The `pytorch` backend's loader workers start from a fork server, started early.
+"""The loader workers of the `pytorch` and `gpu` backends start from a fork server, started
+early.
 
 Imports no torch (the CLI starts the server before the trainer imports torch, so that both
 import it at once on two cores); the server itself imports the modules its workers run, once.
@@ -11,6 +12,9 @@ import multiprocessing.forkserver
 from ..config import TrainConfig
 
 PACKAGE = __name__.split(".")[0]
+# --data-backend -> its module in this package, for the backends whose loaders run DataLoader
+# worker processes started from this server
+WORKER_BACKENDS = {"pytorch": "pytorch", "gpu": "gpu_decode"}
 
 
 def loader_worker_context() -> multiprocessing.context.BaseContext:
@@ -26,17 +30,18 @@ def loader_worker_context() -> multiprocessing.context.BaseContext:
 
     The server imports the entry script (multiprocessing's `__main__` preload; a worker would
     otherwise re-run the script's imports itself), `worker_server` first, which keeps the
-    server alive through the stop signals meant for the trainer, then the backend that the
-    workers run. The list only counts when the server starts: the first call decides it."""
+    server alive through the stop signals meant for the trainer, then the backends that the
+    workers run (both: the server starts before the trainer has built its loaders). The list
+    only counts when the server starts: the first call decides it."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([f"{PACKAGE}.data.worker_server", "__main__",
-                                    f"{PACKAGE}.data.pytorch"])
+    backends = [f"{PACKAGE}.data.{module}" for module in WORKER_BACKENDS.values()]
+    context.set_forkserver_preload([f"{PACKAGE}.data.worker_server", "__main__", *backends])
     return context
 
 
 def uses_loader_workers(cfg: TrainConfig) -> bool:
     """Whether this run's loaders start worker processes (-j 0 loads in the trainer itself)."""
-    return cfg.backend == "pytorch" and cfg.workers != 0
+    return cfg.backend in WORKER_BACKENDS and cfg.workers != 0
 
 
 def start_loader_server(cfg: TrainConfig) -> None:

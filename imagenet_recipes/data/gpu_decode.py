@@ -1,0 +1,418 @@
+"""`--data-backend gpu`: DataLoader workers only read the files; the training process decodes
+each batch with TorchCodec (nvJPEG on the run's GPU, libjpeg-turbo on a CPU run) and crops,
+resizes, flips and normalises it with batched operations on the device.
+
+Who does what
+  workers   (-j DataLoader processes, forked from the fork server of loader_server.py, as the
+            `pytorch` backend's are) read each file's bytes and its header (PIL reads the size,
+            not the pixels), and draw the sample's RandomResizedCrop box and flip from the
+            sample's own seed with the `pytorch` backend's own transform objects, in their
+            order: both backends crop and flip a sample alike, and a resume needs no state.
+  trainer   decodes the batch's JPEGs in one `torchcodec.decoders.decode_jpeg(list, device=)`
+            call, gathers the crop boxes of the whole batch into one uint8 canvas, and resizes
+            them all in one `torchvision.ops.roi_align`; then flip, normalisation and
+            channels_last, as the other backends hand batches over (normalised float32 NCHW on
+            the device, int64 targets). Validation: the same, with the box that "resize the
+            shorter side to --val-resize-size, then centre crop" cuts out of the image.
+
+Which files the batched decoder gets: JPEGs in YCbCr (PIL's mode RGB) that end with their end
+marker and carry no EXIF rotation. TorchCodec turns images by their EXIF orientation, which
+torchvision's decode_image (the other backends' decoder) does not; CMYK JPEGs are not certain
+to come out of nvJPEG as the CPU decoders make them, and a JPEG cut short is what nvJPEG may
+decode without an error where libjpeg refuses it. The rest (grayscale or CMYK JPEGs, PNGs named
+.JPEG, JPEGs that the batched decoder refuses) is decoded in the training process exactly as the
+`pytorch` backend decodes every file (torchvision.io.decode_image to RGB, on the CPU), then
+moved to the device. A file that fails that too is unreadable: training replaces it with the
+next readable sample (with the failed sample's seed), validation drops it, and both count it
+as `skipped`, as the `pytorch` backend does (the replacement is read in the training process).
+
+The resize: roi_align averages ceil(box / output) bilinear samples per output pixel in each
+direction. Enlarging (one sample per pixel) that is torchvision's bilinear resize; shrinking it
+is a box filter over each output pixel's footprint, where torchvision's antialiased resize uses
+a triangle twice as wide, so images differ a little from the `pytorch` backend's (bounded in
+tests/test_gpu_decode.py). The output is not rounded to uint8 in between.
+
+Not done here: --auto-augment and --random-erase (refused, with the backends that have them).
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import warnings
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.ops import roi_align
+from torchvision.transforms import v2
+
+from ..config import TrainConfig, UsageError
+from .augment import train_transform, val_sizes
+from .folders import image_folders, read_image_uint8
+from .loader_server import ensure_loader_server, loader_worker_context
+from .loading import UInt8Normalizer, WorkerGuard, default_workers, shutdown_workers
+from .sampling import SampleKey, Shard, ShardedSampler, train_sampling
+
+TORCHCODEC_PIP = "pip install torchcodec"
+_EXIF_ORIENTATION = 0x0112
+_JPEG_END = b"\xff\xd9"
+_TAIL_BYTES = 1024  # JPEGs written by some cameras carry a few bytes after their end marker
+# Rows of one canvas strip (roi_align's coordinates are float32: a strip this high keeps a
+# sample position within 1/2000 of a pixel); a box taller than this gets a strip of its own.
+_STRIP_ROWS = 4096
+
+
+def import_decode_jpeg():
+    """TorchCodec's decode_jpeg, or a UsageError that says what to install."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except (ImportError, OSError, RuntimeError) as err:  # missing, or its libraries do not load
+        raise UsageError(f"--data-backend gpu decodes with TorchCodec, which cannot be imported "
+                         f"({err}): {TORCHCODEC_PIP} (a version that supports this torch, "
+                         f"{torch.__version__}; see TorchCodec's compatibility table)") from None
+    return decode_jpeg
+
+
+def refuse_unsupported(cfg: TrainConfig) -> None:
+    """The recipe augmentations this backend does not do on the device: a UsageError."""
+    missing = []
+    if cfg.auto_augment != "none":
+        missing.append(f"--auto-augment {cfg.auto_augment}")
+    if cfg.random_erase > 0:
+        missing.append("--random-erase")
+    if missing:
+        raise UsageError(f"--data-backend gpu does not do {' or '.join(missing)}: use "
+                         "--data-backend pytorch, dali-gpu or dali-cpu, which do")
+
+
+# --- what the workers do ------------------------------------------------------------------------
+class CropDraw:
+    """A training sample's RandomResizedCrop box and flip, drawn from its seed with the
+    `pytorch` backend's own transform objects, in their order (crop, then flip), so that both
+    backends cut and flip each sample alike."""
+
+    def __init__(self, cfg: TrainConfig):
+        crop, flip = train_transform(cfg).transforms[:2]
+        assert isinstance(crop, v2.RandomResizedCrop) and isinstance(flip, v2.RandomHorizontalFlip)
+        self.crop, self.flip = crop, flip
+
+    def __call__(self, seed: int, height: int, width: int) -> Tuple[Tuple[int, ...], bool]:
+        """-> ((top, left, height, width), flipped) for an image of height x width."""
+        # make_params only asks the image for its size: a stand-in of that shape, no pixels
+        stand_in = torch.empty((1, 1, 1), dtype=torch.uint8).expand(3, height, width)
+        # The same seeding as folders.ImageFolderUint8 (fork_rng: the caller's RNG is kept)
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            box = self.crop.make_params([stand_in])
+            flipped = bool(torch.rand(1) < self.flip.p)  # RandomHorizontalFlip's own test
+        return (box["top"], box["left"], box["height"], box["width"]), flipped
+
+
+class EncodedSample(NamedTuple):
+    """One sample as a worker hands it over."""
+    data: torch.Tensor     # the file's bytes, uint8
+    target: int
+    index: int
+    seed: int
+    height: int            # from the header (0: PIL could not read it)
+    width: int
+    batched: bool          # for the batched decoder (see the module docstring), else the CPU's
+    box: Tuple[int, ...]   # training: (top, left, height, width) of the crop; else ()
+    flip: bool
+
+
+def read_header(data: bytes) -> Tuple[int, int, bool]:
+    """-> (height, width, for the batched decoder?) from the file's header; (0, 0, False) when
+    PIL cannot read it (the training process's CPU decode then has the last word)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            plain_jpeg = (image.format == "JPEG" and image.mode == "RGB"
+                          and image.getexif().get(_EXIF_ORIENTATION, 1) == 1)
+    except Exception:  # not an image PIL knows, or a header cut short
+        return 0, 0, False
+    return height, width, plain_jpeg and _JPEG_END in data[-_TAIL_BYTES:]
+
+
+class EncodedImages(Dataset):
+    """The samples of an ImageFolder as their files' bytes, keyed by `SampleKey`s; training
+    samples come with their crop box and flip (`draw`: a CropDraw; None for validation)."""
+
+    def __init__(self, samples: List[Tuple[str, int]], root: str, draw: Optional[CropDraw]):
+        self.samples, self.root, self.draw = samples, root, draw
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, key: SampleKey) -> EncodedSample:
+        index, seed, _ = key
+        path, target = self.samples[index]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:  # gone or unreadable: the training process finds it so and counts it
+            data = b""
+        height, width, batched = read_header(data)
+        box, flip = (), False
+        if self.draw is not None and batched:
+            box, flip = self.draw(seed, height, width)
+        # A zero-length tensor cannot travel between processes (it has no storage to share).
+        encoded = torch.frombuffer(bytearray(data or b"\0"), dtype=torch.uint8)
+        return EncodedSample(encoded, target, index, seed, height, width, batched, box, flip)
+
+    def decode_replacement(self, index: int) -> Tuple[torch.Tensor, int, int]:
+        """What the `pytorch` backend trains on when sample `index` is unreadable: the next
+        readable sample. -> (uint8 CHW image on the CPU, its target, files found unreadable
+        including `index`)."""
+        for unreadable in range(1, len(self.samples)):
+            path, target = self.samples[(index + unreadable) % len(self.samples)]
+            try:
+                return read_image_uint8(path), target, unreadable
+            except Exception as err:  # corrupt, truncated or not an image
+                warnings.warn(f"skipping unreadable image {path}: {err}")
+        raise RuntimeError(f"no readable image at all in {self.root}")
+
+
+class EncodedBatch(NamedTuple):
+    """A batch as the DataLoader delivers it: the files' bytes in one tensor (one piece of shared
+    memory between the processes rather than one per file), and per-sample metadata."""
+    data: torch.Tensor       # every file's bytes, one after the other
+    lengths: List[int]
+    samples: List[EncodedSample]  # with empty `data`: see `data`
+
+
+def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:
+    data = torch.cat([s.data for s in samples])
+    lengths = [len(s.data) for s in samples]
+    empty = torch.empty(0, dtype=torch.uint8)
+    return EncodedBatch(data, lengths, [s._replace(data=empty) for s in samples])
+
+
+# --- what the training process does -------------------------------------------------------------
+class Decoded(NamedTuple):
+    """One sample, decoded: the image (uint8 CHW on the device) and where to cut it."""
+    image: torch.Tensor
+    target: int
+    region: Tuple[int, int, int, int]  # (top, left, height, width): rows and columns resampled
+    box: Tuple[float, float, float, float]  # (x1, y1, x2, y2) inside the region, in pixels
+    flip: bool
+
+
+def val_box(height: int, width: int, resize: int, crop: int) -> Tuple[float, ...]:
+    """(x1, y1, x2, y2) in the image of what torchvision's Resize(resize) + CenterCrop(crop)
+    keep: resampling that box to crop x crop gives the same sample positions."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = resize, int(resize * long / short)
+    new_w, new_h = (new_short, new_long) if width <= height else (new_long, new_short)
+    top, left = int(round((new_h - crop) / 2.0)), int(round((new_w - crop) / 2.0))
+    sy, sx = height / new_h, width / new_w
+    return left * sx, top * sy, (left + crop) * sx, (top + crop) * sy
+
+
+def pack_regions(images: Sequence[torch.Tensor], regions: Sequence[Tuple[int, int, int, int]],
+                 device: torch.device) -> Tuple[torch.Tensor, List[Tuple[int, int]]]:
+    """Every image's region, one above the other, in float32 strips of a (G, 3, rows, cols)
+    canvas that one roi_align resamples. -> (canvas, (strip, first row) of each region).
+
+    Each region gets one extra row above and below and its last column repeated to the canvas's
+    width: bilinear sampling near a region's edge then reads the edge's own pixels, as
+    resampling the cut-out region alone (the `pytorch` backend's crop, then resize) does,
+    never a neighbour's. One gather from the batch's pixels builds it all."""
+    # HWC views (the decoders' native layout: a view, no copy), one pixel per row
+    pixels = torch.cat([img.permute(1, 2, 0).reshape(-1, 3) for img in images])
+    sizes = [img.shape[1:] for img in images]
+    starts = [0] + list(itertools.accumulate(h * w for h, w in sizes))[:-1]
+    rows = [h + 2 for _, _, h, _ in regions]
+    places, strip, used = [], 0, 0
+    for r in rows:
+        if used and used + r > _STRIP_ROWS:  # full: the next strip (a taller box has its own)
+            strip, used = strip + 1, 0
+        places.append((strip, used))
+        used += r
+    strips = strip + 1
+    height = max(first + r for (_, first), r in zip(places, rows))
+    cols = max(w for _, _, _, w in regions) + 1
+
+    # per canvas row: which sample, and which pixel its first column reads (host, small)
+    canvas_rows = torch.zeros(strips * height, dtype=torch.int64)
+    row_sample = torch.zeros(strips * height, dtype=torch.int64)
+    for i, ((strip, first), r, (top, left, h, w)) in enumerate(zip(places, rows, regions)):
+        local = torch.arange(-1, r - 1).clamp_(0, h - 1)  # the repeated first and last rows
+        at = strip * height + first
+        canvas_rows[at:at + r] = starts[i] + (top + local) * sizes[i][1] + left
+        row_sample[at:at + r] = i
+    last_col = torch.tensor([w - 1 for _, _, _, w in regions])[row_sample]
+    canvas_rows, last_col = canvas_rows.to(device), last_col.to(device)
+    columns = torch.minimum(torch.arange(cols, device=device)[None, :], last_col[:, None])
+    picked = pixels[canvas_rows[:, None] + columns]  # (strips * height, cols, 3) uint8
+    canvas = torch.empty((strips, 3, height, cols), dtype=torch.float32, device=device)
+    canvas.copy_(picked.view(strips, height, cols, 3).permute(0, 3, 1, 2))
+    return canvas, [(strip, first + 1) for strip, first in places]
+
+
+def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> torch.Tensor:
+    """Each sample's box resampled to size x size and flipped where drawn: one roi_align for the
+    whole batch. -> float32 (N, 3, size, size) in 0..255."""
+    canvas, places = pack_regions([s.image for s in samples], [s.region for s in samples],
+                                  device)
+    boxes = torch.tensor([[strip, x1, first + y1, x2, first + y2]
+                          for (strip, first), (x1, y1, x2, y2) in
+                          zip(places, (s.box for s in samples))], dtype=torch.float32)
+    # aligned=True: pixel centres at +0.5, as torch's interpolate (align_corners=False) has
+    # them; sampling_ratio=-1: ceil(box / size) samples per output pixel (see the docstring)
+    out = roi_align(canvas, boxes.to(device), output_size=(size, size), spatial_scale=1.0,
+                    sampling_ratio=-1, aligned=True)
+    flips = torch.tensor([s.flip for s in samples], device=device).view(-1, 1, 1, 1)
+    return torch.where(flips, out.flip(3), out)
+
+
+class BatchDecoder:
+    """Decodes an EncodedBatch in the training process: the batched decoder's files in one call
+    on `device`, the rest (and what it refuses) on the CPU as the `pytorch` backend does."""
+
+    def __init__(self, dataset: EncodedImages, device: torch.device,
+                 val_sizes: Tuple[int, int]):
+        """`val_sizes`: validation's (resize, crop), for a dataset without a CropDraw."""
+        self.decode_jpeg = import_decode_jpeg()
+        self.dataset, self.device, self.val_sizes = dataset, device, val_sizes
+        self.draw = dataset.draw
+        self.train = self.draw is not None
+        # nvJPEG on the run's GPU; TorchCodec's libjpeg-turbo on a CPU run
+        self.decode_device = device if device.type == "cuda" else torch.device("cpu")
+
+    def __call__(self, batch: EncodedBatch) -> Tuple[List[Decoded], int]:
+        """-> (the decoded samples, files found unreadable)."""
+        encoded = batch.data.split(batch.lengths)
+        images = self._decode_batched([encoded[i] for i, s in enumerate(batch.samples)
+                                       if s.batched])
+        decoded, unreadable, images = [], 0, iter(images)
+        for sample, data in zip(batch.samples, encoded):
+            image = next(images) if sample.batched else None
+            if image is None:
+                image = self._decode_on_cpu(data, sample.index)
+            item, skipped = self._place(sample, image)
+            unreadable += skipped
+            if item is not None:
+                decoded.append(item)
+        return decoded, unreadable
+
+    def _decode_batched(self, encoded: List[torch.Tensor]) -> List[Optional[torch.Tensor]]:
+        """One decode_jpeg call for the batch; if it fails, one call per file, to find the
+        files it refuses (None)."""
+        if not encoded:
+            return []
+        try:
+            return list(self.decode_jpeg(encoded, device=self.decode_device))
+        except Exception:  # one bad file fails the whole call
+            pass
+        images = []
+        for data in encoded:
+            try:
+                images.append(self.decode_jpeg(data, device=self.decode_device))
+            except Exception:
+                images.append(None)
+        return images
+
+    def _decode_on_cpu(self, data: torch.Tensor, index: int) -> Optional[torch.Tensor]:
+        """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes); None when it
+        cannot decode the file."""
+        try:
+            return decode_image(data, mode=ImageReadMode.RGB)
+        except Exception as err:  # corrupt, truncated or not an image
+            warnings.warn(f"skipping unreadable image {self.dataset.samples[index][0]}: {err}")
+            return None
+
+    def _place(self, sample: EncodedSample, image: Optional[torch.Tensor]
+               ) -> Tuple[Optional[Decoded], int]:
+        """Where to cut the decoded image; an unreadable one replaced (training) or dropped
+        (validation). -> (the sample or None, files found unreadable)."""
+        target, unreadable = sample.target, 0
+        if image is None:
+            if not self.train:
+                return None, 1
+            image, target, unreadable = self.dataset.decode_replacement(sample.index)
+        height, width = image.shape[1:]
+        if not self.train:
+            region = (0, 0, height, width)
+            box = val_box(height, width, *self.val_sizes)
+            return Decoded(image.to(self.device), target, region, box, False), unreadable
+        region, flip = sample.box, sample.flip
+        if unreadable or not sample.batched or (height, width) != (sample.height, sample.width):
+            region, flip = self.draw(sample.seed, height, width)  # the worker did not know
+        box = (0.0, 0.0, float(region[3]), float(region[2]))
+        return Decoded(image.to(self.device), target, region, box, flip), unreadable
+
+
+class GpuDecodeLoader:
+    """One split: a DataLoader of EncodedBatches, decoded and augmented on the device."""
+
+    def __init__(self, loader: DataLoader, sampler: ShardedSampler, decoder: BatchDecoder,
+                 size: int, device: torch.device, channels_last: bool):
+        self.loader, self.sampler, self.decoder, self.device = loader, sampler, decoder, device
+        self.size = size  # output size (training: unless the epoch's key says otherwise)
+        self.normalize = UInt8Normalizer(device, channels_last)
+        self.num_samples = len(sampler)  # this rank's share of the dataset
+        self.skipped = 0  # unreadable files met in the current pass (this rank)
+        self.workers = loader.num_workers
+
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
+        """Select the epoch; `start_sample`: global samples of it already trained on."""
+        self.sampler.set_epoch(epoch, start_sample)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def state_dict(self) -> None:
+        """Nothing to save: each sample's crop and flip come from its own seed (SampleKey), so
+        the sampler's position alone resumes it exactly."""
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+    def close(self) -> None:
+        """Stop the persistent worker processes now rather than at interpreter exit."""
+        shutdown_workers(self.loader)
+
+    def __iter__(self):
+        self.skipped = 0
+        crop = self.sampler.crop_of_epoch(self.sampler.epoch) if self.sampler.crop_of_epoch \
+            else None
+        for batch in self.loader:
+            samples, unreadable = self.decoder(batch)
+            self.skipped += unreadable
+            if not samples:  # validation batch of only unreadable files
+                continue
+            images = crop_resize(samples, crop or self.size, self.device)
+            targets = torch.tensor([s.target for s in samples], dtype=torch.int64)
+            yield self.normalize(images), targets.to(self.device, non_blocking=True)
+
+
+def build(cfg: TrainConfig, shard: Shard, device: torch.device):
+    refuse_unsupported(cfg)
+    import_decode_jpeg()  # fail before any worker starts
+    workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
+    start_method = loader_worker_context() if workers > 0 else None
+    if start_method is not None:
+        ensure_loader_server()  # a no-op when the entry script started it
+    train_folder, val_folder = image_folders(cfg)
+    guard = WorkerGuard(start_method)
+    val_resize_crop = val_sizes(cfg)
+
+    def make(folder, train: bool) -> GpuDecodeLoader:
+        dataset = EncodedImages(folder.samples, folder.root, CropDraw(cfg) if train else None)
+        subset = shard.train_subset(folder.targets) if train and shard.train_subset else None
+        sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=train,
+                                 seed=cfg.seed, subset=subset, **train_sampling(cfg, train))
+        # Training drops the last partial batch so every step has the same size on every rank.
+        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
+                            num_workers=workers, collate_fn=collate_encoded, drop_last=train,
+                            persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
+                            multiprocessing_context=start_method)
+        decoder = BatchDecoder(dataset, device, val_resize_crop)
+        size = cfg.image_size if train else val_resize_crop[1]
+        return GpuDecodeLoader(loader, sampler, decoder, size, device, cfg.channels_last)
+
+    return make(train_folder, True), make(val_folder, False), len(train_folder.classes)
