@@ -7,7 +7,7 @@
 #   bash launch/gpu_check.sh --out DIR                # every group, one after the other
 #   bash launch/gpu_check.sh --cpu --out DIR          # the same checks simulated on the CPU
 #
-# Groups: entries precision ranks resume layout recipes dali nccl (one file each,
+# Groups: entries precision ranks resume layout recipes dali decode nccl (one file each,
 # tests/gpu/test_gpu_GROUP.py). Each group is sized for under 6 minutes on one H100 and is stopped
 # after GPU_CHECK_GROUP_LIMIT seconds (default 420); a stopped group records the check it was in
 # as "stopped" and kills every process it started.
@@ -21,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-all_groups=(entries precision ranks resume layout recipes dali nccl)
+all_groups=(entries precision ranks resume layout recipes dali decode nccl)
 out="" device=cuda probe=0 groups=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,6 +72,7 @@ if torch.cuda.is_available():
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     print(f"gpu_check: {torch.cuda.device_count()} GPU(s): {names}")
 for module, what in (("nvidia.dali", "DALI: the dali group's checks"),
+                     ("torchcodec", "TorchCodec: the decode group's checks"),
                      ("horovod", "Horovod: the hvd entry check"),
                      ("pytest", "pytest: every check")):
     found = importlib.util.find_spec(module.split(".")[0]) is not None and \

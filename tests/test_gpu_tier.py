@@ -16,7 +16,8 @@ import pytest
 
 from conftest import REPO, proc_stat
 
-GROUPS = ["entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "nccl"]
+GROUPS = ["entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "decode",
+          "nccl"]
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
 
 

@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(config, items):
 def missing_packages() -> dict:
     """The optional packages a check needs and this Python lacks -> what to do about it."""
     wanted = {"nvidia.dali": "DALI (pip install nvidia-dali-cuda130; checks of the dali group)",
+              "torchcodec": "TorchCodec (pip install torchcodec; checks of the decode group)",
               "horovod": "Horovod (launch/install_horovod.sh; the hvd entry check)"}
     return {name: why for name, why in wanted.items() if importlib.util.find_spec(
         name.split(".")[0]) is None or importlib.util.find_spec(name) is None}
