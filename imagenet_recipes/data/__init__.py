@@ -6,8 +6,12 @@
     augment.py    the pytorch backend's transforms (crop, flip, auto-augment, erasing) and the
                   crop sizes every backend shares
     pytorch.py    --data-backend pytorch: torchvision decoding in DataLoader workers
+    gpu_decode.py --data-backend gpu: DataLoader workers read the files' bytes; TorchCodec
+                  decodes each batch in the training process (nvJPEG on a GPU), one roi_align
+                  crops and resizes it on the device
+    loading.py    what those two share: the workers' guard and count, normalisation
     loader_server.py, worker_server.py
-                  the fork server those workers start from (started by the CLI, early)
+                  the fork server their workers start from (started by the CLI, early)
     synthetic.py  --data-backend synthetic / --dummy: one random batch on the device
     dali.py       --data-backend dali-cpu | dali-gpu: NVIDIA DALI pipelines
 
