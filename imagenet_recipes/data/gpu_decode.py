@@ -37,7 +37,6 @@ Not done here: --auto-augment and --random-erase (refused, with the backends tha
 from __future__ import annotations
 
 import io
-import itertools
 import warnings
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
@@ -112,7 +111,7 @@ class CropDraw:
 
 class EncodedSample(NamedTuple):
     """One sample as a worker hands it over."""
-    data: torch.Tensor     # the file's bytes, uint8
+    data: Optional[torch.Tensor]  # the file's bytes, uint8 (None in an EncodedBatch)
     target: int
     index: int
     seed: int
@@ -158,7 +157,7 @@ class EncodedImages(Dataset):
         box, flip = (), False
         if self.draw is not None and batched:
             box, flip = self.draw(seed, height, width)
-        # A zero-length tensor cannot travel between processes (it has no storage to share).
+        # torch.frombuffer refuses an empty buffer: one zero byte, which no decoder accepts
         encoded = torch.frombuffer(bytearray(data or b"\0"), dtype=torch.uint8)
         return EncodedSample(encoded, target, index, seed, height, width, batched, box, flip)
 
@@ -180,14 +179,14 @@ class EncodedBatch(NamedTuple):
     memory between the processes rather than one per file), and per-sample metadata."""
     data: torch.Tensor       # every file's bytes, one after the other
     lengths: List[int]
-    samples: List[EncodedSample]  # with empty `data`: see `data`
+    samples: List[EncodedSample]  # their `data` is None: see `data`
 
 
 def collate_encoded(samples: Sequence[EncodedSample]) -> EncodedBatch:
     data = torch.cat([s.data for s in samples])
     lengths = [len(s.data) for s in samples]
-    empty = torch.empty(0, dtype=torch.uint8)
-    return EncodedBatch(data, lengths, [s._replace(data=empty) for s in samples])
+    # No tensor per sample: each would cross to the trainer as shared memory of its own
+    return EncodedBatch(data, lengths, [s._replace(data=None) for s in samples])
 
 
 # --- what the training process does -------------------------------------------------------------
@@ -211,42 +210,62 @@ def val_box(height: int, width: int, resize: int, crop: int) -> Tuple[float, ...
     return left * sx, top * sy, (left + crop) * sx, (top + crop) * sy
 
 
+def strip_layout(rows: Sequence[int]) -> Tuple[List[Tuple[int, int]], int, int]:
+    """Blocks of `rows` rows stacked into strips of at most _STRIP_ROWS rows (a taller block
+    gets a strip of its own). -> ((strip, first row) of each block, strips, rows per strip)."""
+    places, strip, used = [], 0, 0
+    for r in rows:
+        if used and used + r > _STRIP_ROWS:  # full: the next strip
+            strip, used = strip + 1, 0
+        places.append((strip, used))
+        used += r
+    return places, strip + 1, max(first + r for (_, first), r in zip(places, rows))
+
+
+def canvas_row_sources(sizes: Sequence[Tuple[int, int]], regions: Sequence[Tuple[int, ...]],
+                       places: Sequence[Tuple[int, int]], strips: int, height: int
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """For each canvas row (on the host: one number per row): the index, among the batch's
+    pixels, of the pixel its first column reads, and the sample it belongs to. A region's block
+    is its rows with the first and the last repeated; rows below a strip's last block read
+    sample 0's first pixel and are never sampled."""
+    top, left, h, _ = torch.tensor(regions).unbind(1)
+    counts = h + 2
+    sample = torch.repeat_interleave(torch.arange(len(regions)), counts)
+    stacked_start = torch.cumsum(counts, 0) - counts
+    in_block = torch.arange(len(sample)) - stacked_start[sample]  # row within its block
+    local = torch.minimum((in_block - 1).clamp_(min=0), h[sample] - 1)
+    image_height, image_width = torch.tensor(sizes).unbind(1)
+    image_start = torch.cumsum(image_height * image_width, 0) - image_height * image_width
+    source = image_start[sample] + (top[sample] + local) * image_width[sample] + left[sample]
+    block_start = torch.tensor([strip * height + first for strip, first in places])
+    at = block_start[sample] + in_block
+    sources = torch.zeros(strips * height, dtype=torch.int64)
+    row_sample = torch.zeros(strips * height, dtype=torch.int64)
+    sources[at], row_sample[at] = source, sample
+    return sources, row_sample
+
+
 def pack_regions(images: Sequence[torch.Tensor], regions: Sequence[Tuple[int, int, int, int]],
                  device: torch.device) -> Tuple[torch.Tensor, List[Tuple[int, int]]]:
     """Every image's region, one above the other, in float32 strips of a (G, 3, rows, cols)
     canvas that one roi_align resamples. -> (canvas, (strip, first row) of each region).
 
-    Each region gets one extra row above and below and its last column repeated to the canvas's
-    width: bilinear sampling near a region's edge then reads the edge's own pixels, as
-    resampling the cut-out region alone (the `pytorch` backend's crop, then resize) does,
-    never a neighbour's. One gather from the batch's pixels builds it all."""
+    Each region starts at column 0 (where roi_align clamps by itself), gets one extra row above
+    and below and its last column repeated to the canvas's width: bilinear sampling near a
+    region's edge then reads the edge's own pixels, as resampling the cut-out region alone (the
+    `pytorch` backend's crop, then resize) does, never a neighbour's. One gather from the
+    batch's pixels builds it all."""
     # HWC views (the decoders' native layout: a view, no copy), one pixel per row
     pixels = torch.cat([img.permute(1, 2, 0).reshape(-1, 3) for img in images])
-    sizes = [img.shape[1:] for img in images]
-    starts = [0] + list(itertools.accumulate(h * w for h, w in sizes))[:-1]
-    rows = [h + 2 for _, _, h, _ in regions]
-    places, strip, used = [], 0, 0
-    for r in rows:
-        if used and used + r > _STRIP_ROWS:  # full: the next strip (a taller box has its own)
-            strip, used = strip + 1, 0
-        places.append((strip, used))
-        used += r
-    strips = strip + 1
-    height = max(first + r for (_, first), r in zip(places, rows))
+    sizes = [tuple(img.shape[1:]) for img in images]
+    places, strips, height = strip_layout([h + 2 for _, _, h, _ in regions])
     cols = max(w for _, _, _, w in regions) + 1
-
-    # per canvas row: which sample, and which pixel its first column reads (host, small)
-    canvas_rows = torch.zeros(strips * height, dtype=torch.int64)
-    row_sample = torch.zeros(strips * height, dtype=torch.int64)
-    for i, ((strip, first), r, (top, left, h, w)) in enumerate(zip(places, rows, regions)):
-        local = torch.arange(-1, r - 1).clamp_(0, h - 1)  # the repeated first and last rows
-        at = strip * height + first
-        canvas_rows[at:at + r] = starts[i] + (top + local) * sizes[i][1] + left
-        row_sample[at:at + r] = i
+    sources, row_sample = canvas_row_sources(sizes, regions, places, strips, height)
     last_col = torch.tensor([w - 1 for _, _, _, w in regions])[row_sample]
-    canvas_rows, last_col = canvas_rows.to(device), last_col.to(device)
+    sources, last_col = sources.to(device), last_col.to(device)
     columns = torch.minimum(torch.arange(cols, device=device)[None, :], last_col[:, None])
-    picked = pixels[canvas_rows[:, None] + columns]  # (strips * height, cols, 3) uint8
+    picked = pixels[sources[:, None] + columns]  # (strips * height, cols, 3) uint8
     canvas = torch.empty((strips, 3, height, cols), dtype=torch.float32, device=device)
     canvas.copy_(picked.view(strips, height, cols, 3).permute(0, 3, 1, 2))
     return canvas, [(strip, first + 1) for strip, first in places]
@@ -273,10 +292,10 @@ class BatchDecoder:
     on `device`, the rest (and what it refuses) on the CPU as the `pytorch` backend does."""
 
     def __init__(self, dataset: EncodedImages, device: torch.device,
-                 val_sizes: Tuple[int, int]):
-        """`val_sizes`: validation's (resize, crop), for a dataset without a CropDraw."""
+                 val_resize_crop: Tuple[int, int]):
+        """`val_resize_crop`: validation's (resize, crop), for a dataset without a CropDraw."""
         self.decode_jpeg = import_decode_jpeg()
-        self.dataset, self.device, self.val_sizes = dataset, device, val_sizes
+        self.dataset, self.device, self.val_resize_crop = dataset, device, val_resize_crop
         self.draw = dataset.draw
         self.train = self.draw is not None
         # nvJPEG on the run's GPU; TorchCodec's libjpeg-turbo on a CPU run
@@ -336,7 +355,7 @@ class BatchDecoder:
         height, width = image.shape[1:]
         if not self.train:
             region = (0, 0, height, width)
-            box = val_box(height, width, *self.val_sizes)
+            box = val_box(height, width, *self.val_resize_crop)
             return Decoded(image.to(self.device), target, region, box, False), unreadable
         region, flip = sample.box, sample.flip
         if unreadable or not sample.batched or (height, width) != (sample.height, sample.width):
