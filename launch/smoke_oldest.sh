@@ -60,7 +60,7 @@ $env "${torchrun[@]}" --nproc_per_node=3 train/ps.py "${tiny[@]}" --mode sync --
 $env python - "$work/runs" nd ddp_apex ps <<'EOF'
 import math, sys
 from pathlib import Path
-from bench.common import read_log
+from imagenet_recipes.bench.common import read_log
 for name in sys.argv[2:]:
     log = read_log(Path(sys.argv[1]) / name)
     train = [r["loss"] for r in log.get("train", [])]
