@@ -26,9 +26,11 @@ TINY = ["--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32", "-b",
 def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp_path):
     record_path = tmp_path / "gpu" / "cpu.json"
     # engine_bare=0: a loaded 2-core machine may time the engine below the bare loop, and
-    # --strict must then still pass: every target here is met by construction.
-    proc = run_tool("gpu", *TINY, "--only", "O1-bf16,ddp-1rank,pytorch-loader",
-                    "--strict", "--target", "engine_bare=0", "--json", record_path,
+    # --strict must then still pass: every target here is met by construction (the gpu
+    # backend decodes on the CPU here, in the training process).
+    proc = run_tool("gpu", *TINY, "--only", "O1-bf16,ddp-1rank,pytorch-loader,gpu-decode",
+                    "--strict", "--target", "engine_bare=0", "--target",
+                    "gpu_decode_synthetic=0", "--json", record_path,
                     "--out", tmp_path / "out", "--data", tmp_path / "jpegs",
                     "--commit", "abc1234", timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -41,11 +43,14 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
     env = record["environment"]
     assert env["device"] == "cpu" and env["gpu"] is None and env["cpu_cores"] >= 1
     assert env["torch"] == torch.__version__
-    # ddp-1rank and pytorch-loader bring their reference, nd-synthetic
-    assert record["units"] == ["O1-bf16", "nd-synthetic", "ddp-1rank", "pytorch-loader"]
+    # ddp-1rank and the loaders bring their reference, nd-synthetic
+    assert record["units"] == ["O1-bf16", "nd-synthetic", "ddp-1rank", "pytorch-loader",
+                               "gpu-decode"]
     rows = {r["name"]: r for r in record["rows"]}
     assert list(rows) == ["bare-O1-bf16", "engine-O1-bf16", "nd-synthetic", "ddp-1rank",
-                          "pytorch-loader"]
+                          "pytorch-loader", "gpu-decode"]
+    assert rows["gpu-decode"]["targets"][0]["name"] == "gpu_decode_synthetic"
+    assert "--data-backend gpu," in rows["gpu-decode"]["config"]
     for row in rows.values():
         assert row["status"] == "ok", row
         assert row["img_s"] > 0 and all(x > 0 for x in row["repeats"])

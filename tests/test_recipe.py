@@ -17,7 +17,7 @@ from conftest import REPO
 from imagenet_recipes.config import OPTIMIZERS, UsageError, parse_args
 from imagenet_recipes.data import Shard, ShardedSampler, build_loaders
 from imagenet_recipes.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
-from imagenet_recipes.data.pytorch import UInt8Normalizer
+from imagenet_recipes.data.loading import UInt8Normalizer
 from imagenet_recipes.ema import ModelEMA, ema_decay_per_update
 from imagenet_recipes.optim import build_optimizer, parameter_groups
 from imagenet_recipes.precision import Precision

@@ -532,7 +532,7 @@ def test_a_worker_slows_down_from_the_epoch_given(tmp_path, monkeypatch):
 def test_the_default_loader_workers_are_every_core_but_one_per_process():
     """-j -1 (the default): each process's share of the cores, one left for the process itself,
     with no fixed cap (an H100 with 16 cores was fed 0.72x its training rate by 8 workers)."""
-    from imagenet_recipes.data.pytorch import default_workers
+    from imagenet_recipes.data.loading import default_workers
 
     assert [default_workers(1, cores=c) for c in (1, 2, 16, 64)] == [1, 1, 15, 63]
     assert [default_workers(n, cores=16) for n in (2, 4, 8, 16, 32)] == [7, 3, 1, 1, 1]

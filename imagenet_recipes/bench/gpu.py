@@ -21,7 +21,8 @@ unit along, so every target of a record is judged within it.
   scripts  the entry scripts as users start them, timed from their own interval log lines:
            train/nd.py --dummy (synthetic, the reference of the others); train/ddp.py under
            torchrun with one process (NCCL on a GPU, gloo on a CPU); train/nd.py on generated
-           JPEGs with the pytorch loader; the same with dali-gpu (when nvidia.dali is installed).
+           JPEGs with the pytorch loader; the same with --data-backend gpu (TorchCodec's
+           nvJPEG, when torchcodec is installed) and with dali-gpu (when nvidia.dali is).
 
 img/s: pairs, the median of --repeats rounds of --steps steps after --warmup steps; nd and DDP,
 the median of --repeats log intervals of --steps steps after the warm-up interval(s); loaders,
@@ -70,9 +71,11 @@ from imagenet_recipes.bench.common import REPO, shown_command, shown_commit
 from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
-TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85}
+TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85,
+           "gpu_decode_synthetic": 0.95}
 TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
-               "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}"}
+               "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}",
+               "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}"}
 # The loader rows count over this many intervals of (workers x prefetch_factor) batches.
 LOADER_WINDOW = 10
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
@@ -106,6 +109,9 @@ def _units() -> Dict[str, Unit]:
              needs=("nd-synthetic",)),
         Unit("pytorch-loader", "scripts", ("pytorch-loader",),
              "train/nd.py on generated JPEGs, --data-backend pytorch", needs=("nd-synthetic",)),
+        Unit("gpu-decode", "scripts", ("gpu-decode",),
+             "train/nd.py on generated JPEGs, --data-backend gpu (when torchcodec is installed)",
+             needs=("nd-synthetic",)),
         Unit("dali-gpu", "scripts", ("dali-gpu",),
              "train/nd.py on generated JPEGs, --data-backend dali-gpu (when installed)",
              needs=("nd-synthetic",)),
@@ -322,7 +328,7 @@ def reference_of(row: str) -> Optional[str]:
     """The row a row's ratio compares with (what its method differs from in one thing)."""
     if row.startswith("engine-"):
         return "bare-" + row[len("engine-"):]
-    if row in ("ddp-1rank", "pytorch-loader", "dali-gpu"):
+    if row in ("ddp-1rank", "pytorch-loader", "gpu-decode", "dali-gpu"):
         return "nd-synthetic"
     return None
 
@@ -340,6 +346,8 @@ def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
         specs.append(("o2_o1", row["img_s"] / o1["img_s"] if o1 else None))
     if name == "dali-gpu":
         specs.append(("dali_synthetic", row["ratio"]))
+    if name == "gpu-decode":
+        specs.append(("gpu_decode_synthetic", row["ratio"]))
     return specs
 
 
@@ -507,7 +515,7 @@ def loader_workers(args: argparse.Namespace) -> int:
     """-j of the loader rows: --workers, else what the engine picks for one process (-j -1)."""
     if args.workers:
         return args.workers
-    from imagenet_recipes.data.pytorch import default_workers
+    from imagenet_recipes.data.loading import default_workers
 
     return default_workers(1)
 
@@ -527,6 +535,10 @@ def jpeg_set(ctx: Context, images: int) -> Path:
     return root
 
 
+# The loader rows' --data-backend
+LOADER_BACKEND = {"pytorch-loader": "pytorch", "gpu-decode": "gpu", "dali-gpu": "dali-gpu"}
+
+
 def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
     """nd.py on generated JPEGs: images over seconds across LOADER_WINDOW log intervals of
     (workers x prefetch_factor) batches each, after the warm-up interval(s)."""
@@ -540,6 +552,8 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
             found = False
         if not found:
             raise Skip("nvidia.dali is not installed")
+    if backend == "gpu" and importlib.util.find_spec("torchcodec") is None:
+        raise Skip("torchcodec is not installed")
     workers, prefetch = loader_workers(args), prefetch_factor()
     # One interval is as many batches as the workers may hold ready at once; the window is
     # LOADER_WINDOW of them, so a full prefetch buffer at the start is at most a tenth of it.
@@ -577,7 +591,7 @@ def measure(ctx: Context, unit: Unit) -> List[dict]:
         return measure_synthetic(ctx, unit, "nd")
     if unit.name == "ddp-1rank":
         return measure_synthetic(ctx, unit, "ddp")
-    return measure_loader(ctx, unit, "pytorch" if unit.name == "pytorch-loader" else "dali-gpu")
+    return measure_loader(ctx, unit, LOADER_BACKEND[unit.name])
 
 
 def run_unit(ctx: Context, unit: Unit) -> List[dict]:

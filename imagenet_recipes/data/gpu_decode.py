@@ -51,7 +51,7 @@ from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
 from .loader_server import ensure_loader_server, loader_worker_context
-from .loading import UInt8Normalizer, WorkerGuard, default_workers, shutdown_workers
+from .loading import SampledLoader, WorkerGuard, default_workers
 from .sampling import SampleKey, Shard, ShardedSampler, train_sampling
 
 TORCHCODEC_PIP = "pip install torchcodec"
@@ -364,36 +364,14 @@ class BatchDecoder:
         return Decoded(image.to(self.device), target, region, box, flip), unreadable
 
 
-class GpuDecodeLoader:
+class GpuDecodeLoader(SampledLoader):
     """One split: a DataLoader of EncodedBatches, decoded and augmented on the device."""
 
     def __init__(self, loader: DataLoader, sampler: ShardedSampler, decoder: BatchDecoder,
                  size: int, device: torch.device, channels_last: bool):
-        self.loader, self.sampler, self.decoder, self.device = loader, sampler, decoder, device
+        super().__init__(loader, sampler, device, channels_last)
+        self.decoder = decoder
         self.size = size  # output size (training: unless the epoch's key says otherwise)
-        self.normalize = UInt8Normalizer(device, channels_last)
-        self.num_samples = len(sampler)  # this rank's share of the dataset
-        self.skipped = 0  # unreadable files met in the current pass (this rank)
-        self.workers = loader.num_workers
-
-    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
-        """Select the epoch; `start_sample`: global samples of it already trained on."""
-        self.sampler.set_epoch(epoch, start_sample)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def state_dict(self) -> None:
-        """Nothing to save: each sample's crop and flip come from its own seed (SampleKey), so
-        the sampler's position alone resumes it exactly."""
-        return None
-
-    def load_state_dict(self, state) -> None:
-        pass
-
-    def close(self) -> None:
-        """Stop the persistent worker processes now rather than at interpreter exit."""
-        shutdown_workers(self.loader)
 
     def __iter__(self):
         self.skipped = 0

@@ -1,5 +1,6 @@
-"""What the backends built on torch's DataLoader (`pytorch`, `gpu`) share: normalisation on the
-device, the guard their worker processes run under, and how many workers a rank gets.
+"""What the backends built on torch's DataLoader (`pytorch`, `gpu`) share: the loader contract's
+plumbing around their DataLoader, normalisation on the device, the guard their worker processes
+run under, and how many workers a rank gets.
 
 Both start their workers from the fork server of loader_server.py; the workers hand uint8 (or,
 for `gpu`, the files' bytes) to the training process, which normalises on the device.
@@ -37,6 +38,37 @@ class UInt8Normalizer:
         # CPU has to fault in (python -m imagenet_recipes.bench.io, `pytorch backend` row).
         images = images.to(torch.float32, copy=True).sub_(self.mean).mul_(self.inv_std)
         return images.contiguous(memory_format=self.memory_format)
+
+
+class SampledLoader:
+    """The loader contract (data/__init__.py) around a DataLoader and its ShardedSampler, but
+    for `__iter__`, which each backend writes: what a batch becomes on the device."""
+
+    def __init__(self, loader, sampler, device: torch.device, channels_last: bool):
+        self.loader, self.sampler, self.device = loader, sampler, device
+        self.normalize = UInt8Normalizer(device, channels_last)
+        self.num_samples = len(sampler)  # this rank's share of the dataset
+        self.skipped = 0  # unreadable files met in the current pass (this rank)
+        self.workers = loader.num_workers
+
+    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
+        """Select the epoch; `start_sample`: global samples of it already trained on."""
+        self.sampler.set_epoch(epoch, start_sample)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def state_dict(self) -> None:
+        """Nothing to save: each sample's augmentation (crop, flip, ...) is drawn from its own
+        seed (SampleKey), so the sampler's position alone resumes it exactly."""
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+    def close(self) -> None:
+        """Stop the persistent worker processes now rather than at interpreter exit."""
+        shutdown_workers(self.loader)
 
 
 def shutdown_workers(loader) -> None:

@@ -12,39 +12,12 @@ from torch.utils.data import DataLoader
 from ..config import TrainConfig
 from .folders import collate_uint8, image_folders
 from .loader_server import ensure_loader_server, loader_worker_context
-from .loading import UInt8Normalizer, WorkerGuard, default_workers, shutdown_workers
+from .loading import SampledLoader, WorkerGuard, default_workers
 from .sampling import Shard, ShardedSampler, train_sampling
 
 
-class DeviceLoader:
+class DeviceLoader(SampledLoader):
     """Wraps a uint8 DataLoader: moves batches to the device and normalises them there."""
-
-    def __init__(self, loader: DataLoader, sampler: ShardedSampler, device: torch.device,
-                 channels_last: bool):
-        self.loader, self.sampler, self.device = loader, sampler, device
-        self.normalize = UInt8Normalizer(device, channels_last)
-        self.num_samples = len(sampler)  # this rank's share of the dataset
-        self.skipped = 0  # unreadable files met in the current pass (this rank)
-        self.workers = loader.num_workers
-
-    def set_epoch(self, epoch: int, start_sample: int = 0) -> None:
-        """Select the epoch; `start_sample`: global samples of it already trained on."""
-        self.sampler.set_epoch(epoch, start_sample)
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def state_dict(self) -> None:
-        """Nothing to save: each sample's augmentation is drawn from its own seed (SampleKey), so
-        the sampler's position alone resumes it exactly."""
-        return None
-
-    def load_state_dict(self, state) -> None:
-        pass
-
-    def close(self) -> None:
-        """Stop the persistent worker processes now rather than at interpreter exit."""
-        shutdown_workers(self.loader)
 
     def __iter__(self):
         self.skipped = 0
