@@ -81,9 +81,20 @@ def read_meta(meta_path: Path) -> dict:
 Log = Dict[str, List[dict]]  # record kind ("run", "train", "val", ...) -> records in file order
 
 
-def read_log(run_dir: Path) -> Log:
-    """<run_dir>/log.jsonl grouped by record kind. A line that is not JSON is skipped: a run
-    killed mid-write leaves a partial last line, and the records before it are still good."""
+class KeptRun(NamedTuple):
+    """A run kept in a results/ folder's runs.jsonl (imagenet_recipes.bench.kept): its name and
+    its log, compacted. run_dirs gives these where a folder has one, and read_log reads them as
+    it reads a run folder."""
+    name: str
+    log: Log
+
+
+def read_log(run_dir) -> Log:
+    """<run_dir>/log.jsonl grouped by record kind (a KeptRun: the log it holds). A line that is
+    not JSON is skipped: a run killed mid-write leaves a partial last line, and the records
+    before it are still good."""
+    if isinstance(run_dir, KeptRun):
+        return run_dir.log
     kinds: Log = {}
     for line in (run_dir / "log.jsonl").read_text().splitlines():
         try:
@@ -94,8 +105,14 @@ def read_log(run_dir: Path) -> Log:
     return kinds
 
 
-def run_dirs(folder: Path) -> List[Path]:
-    """The sub-folders of `folder` that hold a run log, by name."""
+def run_dirs(folder: Path) -> list:
+    """The runs of `folder` by name: the sub-folders that hold a run log, or, in a results/
+    folder, the runs its runs.jsonl keeps (KeptRun)."""
+    from imagenet_recipes.bench import kept
+
+    if (folder / kept.KEPT).is_file():
+        return sorted((KeptRun(name, log) for name, log in kept.load(folder / kept.KEPT)),
+                      key=lambda r: r.name)
     return [d for d in sorted(folder.iterdir()) if d.is_dir() and (d / "log.jsonl").is_file()]
 
 

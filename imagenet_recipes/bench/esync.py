@@ -182,7 +182,7 @@ def rows_of(folder: Path) -> List[dict]:
 
 def block(folder: Path, figures: Path, figure: str = FIGURE) -> str:
     """bench.regenerate's section: the figure and the table from a study's kept logs
-    (results/<folder>/: the runs' log.jsonl and bench.esync's esync.json)."""
+    (results/<folder>/: the runs kept in runs.jsonl and bench.esync's esync.json)."""
     from imagenet_recipes.bench.results import load_note
 
     rows = rows_of(folder)

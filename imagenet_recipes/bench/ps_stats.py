@@ -122,6 +122,12 @@ def all_reduces(cfg: dict, steps: int, epochs: int) -> int:
     return warmup + (steps - warmup) // period + 2 * epochs
 
 
+def _mean(weighted: List[tuple]) -> Optional[float]:
+    """The mean over intervals of (mean, intervals) pairs; None without any."""
+    count = sum(n for _, n in weighted)
+    return sum(v * n for v, n in weighted) / count if count else None
+
+
 def summarize(c: Contender, target: Optional[float]) -> dict:
     epochs = c.logs.get("train_epoch", [])
     train_s = sum(e["epoch_time"] for e in epochs)
@@ -151,10 +157,12 @@ def summarize(c: Contender, target: Optional[float]) -> dict:
             s["compute"] += w["compute_time"]
             s["wait"] += w["wait_time"]
             s["bytes"] = w["bytes_pushed"] + w["bytes_pulled"]  # cumulative
+            # (mean, intervals): a record kept in results/ holds the mean of several
+            # intervals (imagenet_recipes.bench.kept)
             if w.get("local_steps") is not None:
-                s["local"].append(w["local_steps"])
+                s["local"].append((w["local_steps"], w.get("local_steps_intervals", 1)))
             if w.get("staleness") is not None:
-                s["stale"].append(w["staleness"])
+                s["stale"].append((w["staleness"], w.get("staleness_intervals", 1)))
         for w in sorted(per):
             s = per[w]
             busy = s["comm"] + s["compute"] + s["wait"]
@@ -165,10 +173,8 @@ def summarize(c: Contender, target: Optional[float]) -> dict:
             row["wait_ratio"].append(s["wait"] / busy if busy else None)
         local = [x for s in per.values() for x in s["local"]]
         stale = [x for s in per.values() for x in s["stale"]]
-        row["local_steps"] = [sum(s["local"]) / len(s["local"]) if s["local"] else None
-                              for _, s in sorted(per.items())] if local else None
-        row["staleness"] = [sum(s["stale"]) / len(s["stale"]) if s["stale"] else None
-                            for _, s in sorted(per.items())] if stale else None
+        row["local_steps"] = [_mean(s["local"]) for _, s in sorted(per.items())] if local else None
+        row["staleness"] = [_mean(s["stale"]) for _, s in sorted(per.items())] if stale else None
     else:
         g = gradient_bytes(c)
         b = c.run["config"]["batch_size"]

@@ -3,13 +3,16 @@
     launch/env.sh python -m imagenet_recipes.bench.regenerate              # rewrite those blocks and figures
     launch/env.sh python -m imagenet_recipes.bench.regenerate --check      # exit 1 if anything would change
     launch/env.sh python -m imagenet_recipes.bench.regenerate --archive runs/sweep-20261123-050000 sweep
-                                   # keep a new measurement: its logs into results/sweep/
+                                   # keep a new measurement: its runs into results/sweep/
 
-results/ holds only what the tables and figures are computed from: each run's `log.jsonl`
-(a few kB; no checkpoints, no TensorBoard events) and the measuring tool's own record
-(`sweep.json`). From them alone this module writes, byte for byte the same on every machine:
+results/ holds only what the tables and figures are computed from, one folder per section: the
+runs of a measurement, compacted into one `runs.jsonl` (imagenet_recipes.bench.kept: the records
+and fields the blocks read; the full logs stay in the measurement's runs/ folder), and the
+measuring tool's own record (`sweep.json`, `bench_io.json`, ...). From them alone this module
+writes the same blocks on every machine, and figures that show the same data (`figures/data/`:
+what `--check` compares):
 
-  results/quickstart/<run>/   the `quickstart` block and figures/quickstart_curves.png
+  results/quickstart/         the `quickstart` block and figures/quickstart_curves.png
   results/cpu/                the `bench_cpu` block (launch/bench_cpu.sh)
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import shutil
 import sys
 import tempfile
@@ -45,6 +49,7 @@ from typing import Callable, Dict, List, Tuple
 
 from imagenet_recipes.bench.common import (REPO, logged_device, logged_hardware, read_log,
                           repo_relative, run_dirs, shown_commit, write_block)
+from imagenet_recipes.bench import kept
 from imagenet_recipes.bench.render import render
 
 RESULTS = REPO / "results"
@@ -267,6 +272,9 @@ class Document:
     # Written even when their folder is absent: the block then says that nothing was
     # measured, so the page never reads as if the GPU paths had been run.
     always: frozenset = frozenset()
+    # Runs archived compacted, one runs.jsonl per folder (imagenet_recipes.bench.kept), rather
+    # than as their full logs.
+    compact: bool = False
 
     @property
     def folders(self) -> List[str]:
@@ -274,7 +282,7 @@ class Document:
 
 
 RESULTS_PAGE = Document(REPO / "RESULTS.md", RESULTS, SECTIONS, HEADINGS,
-                        frozenset({"gpu", "gpu_tier"}))
+                        frozenset({"gpu", "gpu_tier"}), compact=True)
 FOLDERS = RESULTS_PAGE.folders
 
 
@@ -300,22 +308,37 @@ def check(results_dir: Path, results_md: Path, figures: Path,
         regenerate(results_dir, scratch_md, scratch_figures, document)
         changed = [] if filecmp.cmp(scratch_md, results_md, shallow=False) else [
             str(results_md)]
-        for made in sorted(scratch_figures.iterdir()):
-            kept = figures / made.name
-            if not kept.is_file() or not filecmp.cmp(made, kept, shallow=False):
-                changed.append(str(kept))
+        # A figure by its data (bench.figure): what it shows, not its PNG's bytes.
+        from imagenet_recipes.bench.figure import data_path
+
+        for made in sorted(scratch_figures.glob("*.png")):
+            made_data, kept_data = data_path(made), data_path(figures / made.name)
+            if not kept_data.is_file() or not (figures / made.name).is_file() or \
+                    json.loads(made_data.read_text()) != json.loads(kept_data.read_text()):
+                changed.append(str(figures / made.name))
         return changed
 
 
-def archive(source: Path, section: str, results_dir: Path = RESULTS) -> Path:
-    """Copy the logs of a measurement (every log.jsonl under `source`, and the tool's own
-    *.json records at its top) into results/<section>/, replacing what was there."""
+def archive(source: Path, section: str, results_dir: Path = RESULTS, compact: bool = True,
+            add: bool = False) -> Path:
+    """Keep a measurement in results/<section>/, replacing what was there (`add`: adding its runs
+    to those kept, a run of the same name replaced): its runs' logs (every log.jsonl under
+    `source`, which may be one run's folder; compacted into one runs.jsonl,
+    imagenet_recipes.bench.kept, unless `compact` is False: then copied as they are) and the
+    tools' own records at its top."""
     target = results_dir / section
-    if target.exists():
+    earlier = [(r.name, read_log(r)) for r in run_dirs(target)] \
+        if add and compact and target.is_dir() else []
+    if target.exists() and not add:
         shutil.rmtree(target)
-    for log in sorted(source.rglob("log.jsonl")):
-        if "_replaced" in log.parts:
-            continue
+    logs = [log for log in sorted(source.rglob("log.jsonl")) if "_replaced" not in log.parts]
+    if compact and logs:
+        new = [(source.name if log.parent == source else log.parent.relative_to(source).as_posix(),
+                read_log(log.parent)) for log in logs]
+        names = {name for name, _ in new}
+        runs = sorted([r for r in earlier if r[0] not in names] + new, key=lambda r: r[0])
+        kept.write(runs, target, intervals=section in kept.INTERVALS)
+    for log in logs if not compact else []:
         dest = target / log.relative_to(source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(log, dest)
@@ -334,6 +357,9 @@ def main(argv=None, document: Document = RESULTS_PAGE, description: str = __doc_
     parser.add_argument("--archive", nargs=2, metavar=("RUNS_DIR", "SECTION"),
                         help=f"copy a measurement's logs into {repo_relative(document.records)}/SECTION "
                              f"({', '.join(document.folders)}) first")
+    parser.add_argument("--add", action="store_true",
+                        help="with --archive: add the runs to those kept in SECTION (a run of "
+                             "the same name replaced) instead of replacing them all")
     parser.add_argument("--results-dir", type=Path, default=document.records)
     parser.add_argument("--results", type=Path, default=document.page)
     parser.add_argument("--figures", type=Path, default=REPO / "figures")
@@ -342,7 +368,8 @@ def main(argv=None, document: Document = RESULTS_PAGE, description: str = __doc_
         source, section = Path(args.archive[0]), args.archive[1]
         if section.split("/")[0] not in document.folders:  # ddp_cost/<label>: one of several
             parser.error(f"section must be one of {', '.join(document.folders)}")
-        print(f"archived {source} -> {archive(source, section, args.results_dir)}")
+        print(f"archived {source} -> "
+              f"{archive(source, section, args.results_dir, document.compact, args.add)}")
     if args.check:
         changed = check(args.results_dir, args.results, args.figures, document)
         for path in changed:

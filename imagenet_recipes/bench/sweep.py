@@ -34,7 +34,7 @@ Two stages:
 
 Then bench.plot_scaling draws the figures (scaling_*.png, in <out>/figures unless --figures) and
 the `sweep` block is printed; RESULTS.md changes only through `bench.regenerate --archive <out>
-sweep`, which keeps the logs in results/sweep/ and rewrites the block from them. The strategies,
+sweep`, which keeps the runs in results/sweep/ and rewrites the block from them. The strategies,
 their scripts and
 launchers come from the engine's registry (imagenet_recipes/registry.py).
 """

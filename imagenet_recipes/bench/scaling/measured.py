@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from imagenet_recipes.bench.common import Log, read_log, steady
+from imagenet_recipes.bench.common import Log, read_log, run_dirs, steady
+from imagenet_recipes.bench.kept import KEPT
 from imagenet_recipes.bench.scaling.model import MIB, Hardware, Link, Workload, predict
 
 
@@ -43,10 +44,11 @@ def _median_img_s(logs: Log) -> Optional[float]:
     return statistics.median(rates) if rates else None
 
 
-def read_run(log: Path) -> Optional[RunInfo]:
-    """One run dir's log.jsonl -> RunInfo, or None when it is unreadable or has no throughput."""
+def read_run(run, path: Path) -> Optional[RunInfo]:
+    """One run (a run dir, or a run kept in a results/ folder's runs.jsonl, found at `path`) ->
+    RunInfo, or None when it is unreadable or has no throughput."""
     try:
-        logs = read_log(log.parent)
+        logs = read_log(run)
     except OSError:
         return None
     img_s = _median_img_s(logs)
@@ -72,7 +74,7 @@ def read_run(log: Path) -> Optional[RunInfo]:
     start = float(run.get("time", 0.0)) - float(run.get("elapsed", 0.0))
     end = start + max(float(r.get("elapsed", 0.0)) for kind in logs.values() for r in kind)
     world = int(run.get("world_size") or 1)
-    return RunInfo(log.parent, str(run.get("entry") or run.get("strategy")), world, threads,
+    return RunInfo(path, str(run.get("entry") or run.get("strategy")), world, threads,
                    key, img_s, grad_dtype, str(hw.get("host", "?")), start, end,
                    workers=int(run.get("workers") or world), mode=str(run.get("mode") or ""),
                    servers=int(run.get("servers") or 1))
@@ -81,9 +83,14 @@ def read_run(log: Path) -> Optional[RunInfo]:
 def collect_runs(dirs: Sequence[Path]) -> List[RunInfo]:
     found = []
     for d in dirs:
-        logs = [d / "log.jsonl"] if (d / "log.jsonl").is_file() else sorted(d.rglob("log.jsonl"))
-        for log in logs:
-            info = read_run(log)
+        if (d / "log.jsonl").is_file():
+            runs = [(d, d)]
+        elif (d / KEPT).is_file():
+            runs = [(r, d / r.name) for r in run_dirs(d)]
+        else:
+            runs = [(log.parent, log.parent) for log in sorted(d.rglob("log.jsonl"))]
+        for run, path in runs:
+            info = read_run(run, path)
             if info is not None and info.path not in {f.path for f in found}:
                 found.append(info)
     # On a CPU the "devices" share memory bandwidth and caches: a single-process run made
