@@ -123,3 +123,14 @@ def test_with_equal_steps_both_averages_make_the_same_update():
         assert esync_on_quadratics([0.0, 2.0, 5.0], steps, "normalized", rounds=20) == \
             pytest.approx(esync_on_quadratics([0.0, 2.0, 5.0], steps, "mean", rounds=20),
                           rel=1e-12)
+
+
+def test_an_epoch_no_worker_reported_in_has_no_loss_rather_than_zero():
+    """One ESync round can carry more than an epoch's samples on a small data set: the epochs
+    it completes after the first had no report of their own."""
+    from imagenet_recipes.ps.server import epoch_stats
+
+    assert epoch_stats({"loss": 0.0, "correct1": 0.0, "correct5": 0.0, "count": 0.0}) == {
+        "loss": None, "top1": None, "top5": None, "count": 0}
+    assert epoch_stats({"loss": 6.0, "correct1": 1.0, "correct5": 3.0, "count": 4.0}) == {
+        "loss": 1.5, "top1": 25.0, "top5": 75.0, "count": 4}

@@ -194,6 +194,7 @@ def describe_hardware(runs: List[Run]) -> str:
 def curve_points(logs: Log) -> Dict[str, List[CurvePoint]]:
     """Per-epoch train and val top-1/top-5 with their epoch and training wall-clock."""
     clock = epoch_clock(logs)
+    # (a parameter-server epoch that no worker reported in has no accuracy: server.epoch_stats)
     train = [CurvePoint(e["epoch"] + 1, clock[e["epoch"]], e["top1"], e["top5"])
-             for e in logs.get("train_epoch", [])]
+             for e in logs.get("train_epoch", []) if e["top1"] is not None]
     return {"train": train, "val": val_points(logs)}

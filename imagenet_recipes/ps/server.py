@@ -59,6 +59,16 @@ def goodbye(worker: int) -> None:
     _SERVER.goodbye(worker)
 
 
+def epoch_stats(sums: Dict[str, float]) -> dict:
+    """An epoch's training loss and accuracy. An update can carry more than an epoch's samples
+    (an ESync round whose fast workers took many local steps, on a small data set): the epochs it
+    completes after the first had no report of their own, and have no loss or accuracy (None),
+    rather than a loss of 0."""
+    if sums["count"]:
+        return summarize(sums)
+    return {"loss": None, "top1": None, "top5": None, "count": 0}
+
+
 class WorkerFailure(Exception):
     """A worker died or hung and the mode cannot go on without it."""
 
@@ -337,15 +347,19 @@ class ParameterServer:
     def _end_epoch(self) -> None:
         self._log_interval()
         started, now = self._epoch_started, time.perf_counter()
-        stats = summarize(self._epoch_metrics)
+        stats = epoch_stats(self._epoch_metrics)
         self.log.write("train_epoch", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples, **stats,
                        img_s=stats["count"] / (now - started),
                        img_s_per_proc=stats["count"] / (now - started) / len(self.live),
                        epoch_time=now - started, skipped=0)
-        self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  top1 "
-                       f"{stats['top1']:.3f}  {stats['count'] / (now - started):.1f} img/s  "
-                       f"{now - started:.1f}s")
+        if stats["count"]:
+            self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  top1 "
+                           f"{stats['top1']:.3f}  {stats['count'] / (now - started):.1f} img/s  "
+                           f"{now - started:.1f}s")
+        else:
+            self.log.print(f" * Train epoch {self.epoch}: no worker reported in it (the last "
+                           f"update's samples covered it whole)  {now - started:.1f}s")
         self._epoch_started = now
         self._epoch_metrics = {k: 0.0 for k in self._epoch_metrics}
         if self.cfg.eval_every == 0:
