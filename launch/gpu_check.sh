@@ -4,13 +4,15 @@
 #
 #   bash launch/gpu_check.sh --probe                  # what this machine has, what will be skipped
 #   bash launch/gpu_check.sh --out DIR entries precision   # some groups; the record into DIR
-#   bash launch/gpu_check.sh --out DIR                # every group, one after the other
+#   bash launch/gpu_check.sh --out DIR                # every group, 3 side by side
+#   bash launch/gpu_check.sh --jobs 1 --out DIR       # every group, one after the other
 #   bash launch/gpu_check.sh --cpu --out DIR          # the same checks simulated on the CPU
 #
 # Groups: entries precision ranks resume layout recipes dali decode nccl (one file each,
 # tests/gpu/test_gpu_GROUP.py). Each group is sized for under 6 minutes on one H100 and is stopped
 # after GPU_CHECK_GROUP_LIMIT seconds (default 420); a stopped group records the check it was in
-# as "stopped" and kills every process it started.
+# as "stopped" and kills every process it started. --jobs N (GPU_CHECK_JOBS) runs N groups side
+# by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
 #
 # DIR receives checks.jsonl (a line describing the machine, then one line per finished check,
 # written as each finishes), output.log (the runs' output) and runs.jsonl (their log records); no
@@ -22,15 +24,18 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 all_groups=(entries precision ranks resume layout recipes dali decode nccl)
-out="" device=cuda probe=0 groups=()
+out="" device=cuda probe=0 jobs="${GPU_CHECK_JOBS:-}" groups=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
     --out=*) out="${1#--out=}"; shift ;;
     --cpu) device=cpu; shift ;;
+    --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
+    --jobs=*) jobs="${1#--jobs=}"; shift ;;
     --probe) probe=1; shift ;;
     --list) printf '%s\n' "${all_groups[@]}"; exit 0 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+               exit 0 ;;
     -*) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) if [[ " ${all_groups[*]} " != *" $1 "* ]]; then
          echo "gpu_check: unknown group $1; groups: ${all_groups[*]}" >&2; exit 2
@@ -45,27 +50,19 @@ done
 # Python's environment yet, it is installed from the clone (editable, no dependencies), which
 # needs setuptools there, as pip's own.
 python="${PYTHON:-python3}"
-if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "gpu_check: $python cannot import torch; set PYTHON=/path/to/python (torch >= 2.11 with" \
-       "CUDA, torchvision, tensorboard, pytest)" >&2
-  exit 2
-fi
-installed="$("$python" -c 'import imagenet_recipes, os
-print(os.path.dirname(os.path.dirname(imagenet_recipes.__file__)))' 2>/dev/null)"
-if [ "$installed" != "$PWD" ]; then
-  echo "gpu_check: installing $PWD into $python's environment (pip install -e, no dependencies)"
-  if ! "$python" -m pip install --quiet --no-deps --no-build-isolation -e . >&2; then
-    echo "gpu_check: could not install the package; run, with that python: pip install" \
-         "--no-deps --no-build-isolation -e .  (pip may want --break-system-packages for a" \
-         "system Python)" >&2
-    exit 2
-  fi
-fi
 
-"$python" - "$device" <<'EOF'
-import importlib.util, sys
-import torch
-device = sys.argv[1]
+# One Python start for the whole look at the machine (each start costs seconds: it imports
+# torch): torch, where this package is installed from, the GPUs and the optional modules.
+# Exit 2: no torch, no pytest or no GPU; 3: all there, but not this clone's package.
+"$python" - "$device" "$PWD" <<'EOF'
+import importlib.util, os, sys
+try:
+    import torch
+except ImportError:
+    print(f"gpu_check: {sys.executable} cannot import torch; set PYTHON=/path/to/python "
+          "(torch >= 2.11 with CUDA, torchvision, tensorboard, pytest)", file=sys.stderr)
+    sys.exit(2)
+device, clone = sys.argv[1], sys.argv[2]
 print(f"gpu_check: python {sys.version.split()[0]} ({sys.executable}), torch {torch.__version__}"
       f" (CUDA {torch.version.cuda})")
 if torch.cuda.is_available():
@@ -84,8 +81,23 @@ if device == "cuda" and not torch.cuda.is_available():
     sys.exit(2)
 if importlib.util.find_spec("pytest") is None:
     sys.exit(2)
+package = importlib.util.find_spec("imagenet_recipes")
+installed = package and package.origin and os.path.dirname(os.path.dirname(package.origin))
+sys.exit(0 if installed and os.path.realpath(installed) == os.path.realpath(clone) else 3)
 EOF
 status=$?
+if [ $status -eq 3 ]; then
+  # Nothing is downloaded: the clone's package goes into that Python's environment from the
+  # clone (editable, no dependencies), which needs setuptools there, as pip's own.
+  echo "gpu_check: installing $PWD into $python's environment (pip install -e, no dependencies)"
+  if ! "$python" -m pip install --quiet --no-deps --no-build-isolation -e . >&2; then
+    echo "gpu_check: could not install the package; run, with that python: pip install" \
+         "--no-deps --no-build-isolation -e .  (pip may want --break-system-packages for a" \
+         "system Python)" >&2
+    exit 2
+  fi
+  status=0
+fi
 [ $status -eq 0 ] || exit $status
 [ $probe -eq 0 ] || exit 0
 
@@ -95,19 +107,55 @@ if [ -n "$out" ]; then
 fi
 export GPU_TIER_DEVICE="$device"
 limit="${GPU_CHECK_GROUP_LIMIT:-420}"
+# Side by side: the groups are small and independent (each run is a few ranks on the one GPU),
+# and GPU time often comes in short slots. On the CPU, one after the other.
+[ -n "$jobs" ] || { [ "$device" = cuda ] && jobs=3 || jobs=1; }
 failed=()
-for group in "${groups[@]}"; do
-  echo "gpu_check: group $group (at most $limit s)"
-  start=$SECONDS
-  # timeout sends SIGTERM to pytest, which records the check in flight and kills its runs;
-  # SIGKILL follows 20 s later if it has not ended by then.
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+
+# run_group GROUP: its checks under the time limit; timeout sends SIGTERM to pytest, which
+# records the check in flight and kills its runs; SIGKILL follows 20 s later if it has not
+# ended by then.
+run_group() {
   timeout --kill-after=20 "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-    "tests/gpu/test_gpu_$group.py"
-  rc=$?
-  echo "gpu_check: group $group: exit $rc after $((SECONDS - start)) s"
-  # pytest: 0 passed, 5 nothing collected; anything else (a failure, a timeout's 124) fails
-  [ $rc -eq 0 ] || [ $rc -eq 5 ] || failed+=("$group")
-done
+    "tests/gpu/test_gpu_$1.py"
+}
+
+# finish GROUP RC SECONDS: report a group's end; pytest: 0 passed, 5 nothing collected;
+# anything else (a failure, a timeout's 124) fails.
+finish() {
+  echo "gpu_check: group $1: exit $2 after $3 s"
+  [ "$2" -eq 0 ] || [ "$2" -eq 5 ] || failed+=("$1")
+}
+
+if [ "$jobs" -le 1 ]; then
+  for group in "${groups[@]}"; do
+    echo "gpu_check: group $group (at most $limit s)"
+    start=$SECONDS
+    run_group "$group"
+    finish "$group" $? $((SECONDS - start))
+  done
+else
+  echo "gpu_check: groups ${groups[*]}, $jobs side by side (each at most $limit s)"
+  declare -A started=()
+  pending=("${groups[@]}")
+  while [ ${#pending[@]} -gt 0 ] || [ ${#started[@]} -gt 0 ]; do
+    while [ ${#pending[@]} -gt 0 ] && [ ${#started[@]} -lt "$jobs" ]; do
+      group="${pending[0]}"; pending=("${pending[@]:1}")
+      ( run_group "$group" > "$logs/$group.log" 2>&1; echo $? > "$logs/$group.rc" ) &
+      started[$group]=$SECONDS
+    done
+    wait -n
+    for group in "${!started[@]}"; do
+      [ -f "$logs/$group.rc" ] || continue
+      echo "gpu_check: ----- group $group"
+      cat "$logs/$group.log"
+      finish "$group" "$(cat "$logs/$group.rc")" $((SECONDS - started[$group]))
+      unset "started[$group]"
+    done
+  done
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check: FAILED groups: ${failed[*]}${out:+ (see $out/checks.jsonl)}"
   exit 1

@@ -63,22 +63,37 @@ def test_probe_lists_groups_and_bad_arguments():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group", GROUPS)
-def test_cpu_simulation_runs_the_group_and_records_each_check(group, tmp_path):
+# Two groups side by side per call (--jobs 2, as a GPU machine runs them), a long one beside a
+# short one; every group in one of them.
+SIDE_BY_SIDE = [("nccl", "layout"), ("precision", "dali"), ("ranks", "decode"),
+                ("entries", "recipes"), ("resume",)]
+
+
+@pytest.mark.parametrize("groups", SIDE_BY_SIDE, ids="+".join)
+def test_cpu_simulation_runs_the_groups_and_records_each_check(groups, tmp_path):
     out = tmp_path / "record"
-    proc = gpu_check("--cpu", "--out", out, group, env={"GPU_CHECK_GROUP_LIMIT": "900"})
+    proc = gpu_check("--cpu", "--jobs", "2", "--out", out, *groups,
+                     env={"GPU_CHECK_GROUP_LIMIT": "900"})
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
-    lines = checks(out)
-    environment, results = lines[0], lines[1:]
-    assert environment["kind"] == "environment" and environment["device"] == "cpu"
-    assert results and {r["group"] for r in results} == {group}
+    for group in groups:
+        assert f"gpu_check: group {group}: exit 0 after" in proc.stdout, proc.stdout[-3000:]
+    lines = checks(out)  # each group's session describes the machine, then its checks
+    assert lines[0]["kind"] == "environment" and lines[0]["device"] == "cpu"
+    results = [r for r in lines if r["kind"] == "check"]
+    assert len(lines) - len(results) == len(groups)
+    assert {r["group"] for r in results} == set(groups)
     assert all(r["status"] in ("passed", "skipped") for r in results), results
-    passed = [r for r in results if r["status"] == "passed"]
-    assert passed, f"every check of {group} was skipped: {results}"
-    assert all(r["detail"] and r["seconds"] > 0 for r in passed), passed
+    for group in groups:
+        passed = [r for r in results if r["status"] == "passed" and r["group"] == group]
+        assert passed, f"every check of {group} was skipped: {results}"
+        assert all(r["detail"] and r["seconds"] > 0 for r in passed), passed
     # the small logs come back, the checkpoints do not
     assert (out / "output.log").stat().st_size > 0 and (out / "runs.jsonl").stat().st_size > 0
     assert sorted(p.name for p in out.iterdir()) == ["checks.jsonl", "output.log", "runs.jsonl"]
+
+
+def test_every_group_is_simulated():
+    assert sorted(g for pair in SIDE_BY_SIDE for g in pair) == sorted(GROUPS)
 
 
 @pytest.mark.slow

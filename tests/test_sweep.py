@@ -160,13 +160,13 @@ def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path
     from imagenet_recipes.bench import esync
 
     out, figures = tmp_path / "esync", tmp_path / "fig"
+    # Two of the five variants (the dry-run test checks every variant's command): sync, which
+    # sets the target, and one that is compared with it.
     proc = _run("esync", "--quick", "-a", TINY[1], "--splits", "by-class", "--variants",
-                "sync", "async-staleness", "esync-normalized", "--out", out,
-                "--figures", figures, timeout=600)
+                "sync", "esync-normalized", "--out", out, "--figures", figures, timeout=600)
     assert (figures / "esync_study.png").stat().st_size > 10_000
     rows = {(r["split"], r["mode"]): r for r in esync.compare(out)}
-    assert set(rows) == {("by-class", m) for m in ("sync", "async-staleness",
-                                                   "esync-normalized")}
+    assert set(rows) == {("by-class", m) for m in ("sync", "esync-normalized")}
     sync = rows["by-class", "sync"]
     # sync's target is its own final accuracy: it reaches it, at speed-up 1 by definition
     assert sync["target"] == sync["final"] and sync["time"] is not None
