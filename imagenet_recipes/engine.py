@@ -190,7 +190,7 @@ class Trainer:
                        f"{self.run_dir}")
         for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
             self.log.print(f"=> {line}")
-        # None for a tool's own Trainer (bench.studies.loop, bench.gpu)
+        # None for a tool's own Trainer (bench.bare_loop, bench.gpu)
         entry = ENTRIES.get(self.entry)
         visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
         for line in gpu_hints(self.entry, entry.script, entry.distributed, self.device.type,

@@ -62,13 +62,13 @@ def test_probe_lists_groups_and_bad_arguments():
     assert bad.returncode == 2 and "unknown group warp-drive" in bad.stderr
 
 
-@pytest.mark.slow
 # Two groups side by side per call (--jobs 2, as a GPU machine runs them), a long one beside a
 # short one; every group in one of them.
 SIDE_BY_SIDE = [("nccl", "layout"), ("precision", "dali"), ("ranks", "decode"),
                 ("entries", "recipes"), ("resume",)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("groups", SIDE_BY_SIDE, ids="+".join)
 def test_cpu_simulation_runs_the_groups_and_records_each_check(groups, tmp_path):
     out = tmp_path / "record"

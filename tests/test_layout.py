@@ -111,7 +111,7 @@ def test_the_engine_package_has_no_import_cycle():
 
 # The package's layers, lowest first: a module imports its own layer and those below, never one
 # above (data never reaches for a strategy, a strategy never for the engine's loop, the engine
-# never for a tool).
+# never for a tool, a tool users run never for a study: ARCHITECTURE.md, "Product, tools, lab").
 LAYERS = (
     ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "peer_flags", "presets",
                      "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
@@ -123,6 +123,7 @@ LAYERS = (
     ("loops", ("engine", "ps")),
     ("command line", ("cli",)),
     ("tools", ("bench",)),
+    ("lab", ("bench.studies",)),
 )
 
 

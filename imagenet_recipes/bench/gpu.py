@@ -13,7 +13,7 @@ row. A unit is one measurement and gives one or two rows; --only names units (--
 together: both sets), and a unit whose targets compare with another unit's rows brings that
 unit along, so every target of a record is judged within it.
 
-  loop     (bench.studies.loop, in this process) the engine's train step against a hand-written
+  loop     (bench.bare_loop, in this process) the engine's train step against a hand-written
            PyTorch loop with the same model, precision and optimizer, on the same batches
            already on the GPU, in alternating rounds: O1 and O2, in float16 and bfloat16. The engine is set up
            with the entry scripts' own flags (--dummy --opt-level ... --channels-last).
@@ -29,7 +29,7 @@ the median of --repeats log intervals of --steps steps after the warm-up interva
 images over seconds across a window of 10 intervals of (workers x prefetch_factor) batches after
 the warm-up, so the batches the workers had ready before the clock started are a tenth of the
 window at most. Peak memory is torch.cuda.max_memory_allocated (for pairs: each side as if it ran
-alone, see imagenet_recipes/bench/studies/loop.py); none on a CPU.
+alone, see imagenet_recipes/bench/bare_loop.py); none on a CPU.
 
 Targets (ResNet-50, one H100): engine O1 float16 >= 3,000 img/s; engine / bare >= 0.97 (each
 pair); O2 >= O1 (engine, same half type); DALI GPU >= 0.85 x synthetic (within 15 %). A missed
@@ -176,7 +176,7 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
                    "(default: git's)")
     args = p.parse_args(argv)
-    from imagenet_recipes.bench.studies import loop  # torch, like every measurement after the parse
+    from imagenet_recipes.bench import bare_loop as loop  # torch, like every measurement after the parse
 
     loop.check_sizes(p, args)
     if args.workers is not None and args.workers <= 0:
@@ -372,12 +372,12 @@ def missed(rows: List[dict]) -> List[str]:
             for t in r["targets"] if t["met"] is False]
 
 
-# --- the pairs: bench.studies.loop in this process ---------------------------------------------
+# --- the pairs: bench.bare_loop in this process ----------------------------------------------
 def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
                  compile_: bool) -> List[dict]:
     import torch
 
-    from imagenet_recipes.bench.studies import loop
+    from imagenet_recipes.bench import bare_loop as loop
     from imagenet_recipes.config import UsageError
 
     largs = loop.parse_cli([
