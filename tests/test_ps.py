@@ -30,7 +30,7 @@ STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
 # worker's in CI.
 # Tuned with loader workers, which they keep: loading in the workers' own processes changes how
 # fast each one steps, and with it async's and ESync's updates (an ESync run held to AVX2 once
-# logged an epoch loss of 0.0 and missed the 20 % fall without them).
+# missed the 20 % fall without them: a round covered a whole epoch, which then had no loss).
 LEARN_ARGS = RESNET18 + LOADER_WORKERS + ["-b", "8", "--lr", "0.1", "--momentum", "0.5",
                                           "--seed", "2", "--epochs", "3",
                                           "--worker-slowdown", "1,6"]
@@ -42,16 +42,31 @@ def _params(run_dir):
             and "num_batches" not in k}
 
 
+# 2 epochs of 2 steps, one server: the run that DDP's updates are compared with and that a run
+# resumed on two servers must equal. One run for both tests (the same xdist worker runs them).
+SYNC_ARGS = STEP_ARGS + ["--epochs", "2", "--steps-per-epoch", "2"]
+ONE_SERVER = pytest.mark.xdist_group("ps-one-server")
+
+
+@pytest.fixture(scope="module")
+def one_server(tiny_imagefolder, tmp_path_factory):
+    """(run dir, console output) of the synchronous run with one server."""
+    logdir = tmp_path_factory.mktemp("ps_one_server")
+    proc = run_script("ps.py", SYNC_ARGS + ["--mode", "sync", "--logdir", logdir, "--run-name",
+                                            "ps", tiny_imagefolder], nproc=3)
+    return logdir / "ps", proc.stdout
+
+
 @pytest.mark.slow
-def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
+@ONE_SERVER
+def test_sync_ps_makes_the_same_updates_as_ddp(one_server, tiny_imagefolder, tmp_path):
     """Same global batch, data order and lr: the server's SGD on the workers' mean gradient is
     DDP's update. With 2 workers the sums are even bitwise equal; allow fp32 rounding."""
-    common = STEP_ARGS + ["--epochs", "1", "--steps-per-epoch", "4", "--logdir", tmp_path,
-                          tiny_imagefolder]
-    proc = run_script("ps.py", common + ["--mode", "sync", "--run-name", "ps"], nproc=3)
-    progress = [line for line in proc.stdout.splitlines() if "Epoch [" in line]
-    assert progress and all("ETA run " in line for line in progress), proc.stdout
-    assert "best top1" in proc.stdout and "seed 2" in proc.stdout
+    common = SYNC_ARGS + ["--logdir", tmp_path, tiny_imagefolder]
+    ps_dir, stdout = one_server
+    progress = [line for line in stdout.splitlines() if "Epoch [" in line]
+    assert progress and all("ETA run " in line for line in progress), stdout
+    assert "best top1" in stdout and "seed 2" in stdout
     run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
     # (over TensorPipe's default transports: shared memory on one host)
     run_script("ps.py", common + ["--mode", "async", "--run-name", "async", "--rpc-transport",
@@ -59,18 +74,19 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     # The parameters in two shards on two server processes: still DDP's update.
     run_script("ps.py", common + ["--mode", "sync", "--num-servers", "2", "--run-name", "ps2"],
                nproc=4)
-    ps, ddp, async_, ps2 = (_params(tmp_path / name) for name in ("ps", "ddp", "async", "ps2"))
+    ps = _params(ps_dir)
+    ddp, async_, ps2 = (_params(tmp_path / name) for name in ("ddp", "async", "ps2"))
     assert ps.keys() == ddp.keys() == ps2.keys()
     for name in ps:
         torch.testing.assert_close(ps[name], ddp[name], rtol=1e-5, atol=1e-6, msg=name)
         torch.testing.assert_close(ps2[name], ps[name], rtol=0, atol=0, msg=name)
     # The checkpoint holds the whole optimizer state, as one server's (momentum of every
     # parameter, in model order), so a run resumes with any --num-servers.
-    momentum = [_optimizer(tmp_path / name)["state"] for name in ("ps", "ps2")]
+    momentum = [_optimizer(d)["state"] for d in (ps_dir, tmp_path / "ps2")]
     assert len(momentum[0]) == len(ps) and momentum[1].keys() == momentum[0].keys()
     for i in momentum[0]:
         assert torch.equal(momentum[0][i]["momentum_buffer"], momentum[1][i]["momentum_buffer"])
-    ps_losses = [r["loss"] for r in records(tmp_path / "ps", "train")]
+    ps_losses = [r["loss"] for r in records(ps_dir, "train")]
     assert ps_losses == pytest.approx([r["loss"] for r in records(tmp_path / "ddp", "train")],
                                       rel=1e-5)
     assert [r["loss"] for r in records(tmp_path / "ps2", "train")] == ps_losses
@@ -90,10 +106,10 @@ def test_sync_ps_makes_the_same_updates_as_ddp(tiny_imagefolder, tmp_path):
     assert len(ps_losses) == 4 and len(set(ps_losses)) == 4
     # Sensitivity: async applies each gradient alone, a different computation.
     assert max((async_[k] - ddp[k]).abs().max().item() for k in ddp) > 1e-3
-    run = records(tmp_path / "ps", "run")[0]
+    run = records(ps_dir, "run")[0]
     assert (run["strategy"], run["mode"], run["workers"], run["world_size"]) == ("ps", "sync",
                                                                                  2, 3)
-    assert records(tmp_path / "ps", "end")[0]["reason"] == "finished"
+    assert records(ps_dir, "end")[0]["reason"] == "finished"
 
 
 def _optimizer(run_dir):
@@ -419,21 +435,22 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
 
 
 @pytest.mark.slow
-def test_a_run_resumes_exactly_on_another_number_of_servers(tiny_imagefolder, tmp_path):
+@ONE_SERVER
+def test_a_run_resumes_exactly_on_another_number_of_servers(one_server, tiny_imagefolder,
+                                                            tmp_path):
     """One server's checkpoint, continued by two servers: bit for bit the weights and momentum
     of one server all along (the optimizer state is split among the servers and merged back
     into one server's layout in the checkpoint)."""
-    common = STEP_ARGS + ["--mode", "sync", "--steps-per-epoch", "2", "--logdir", tmp_path,
-                          tiny_imagefolder]
-    run_script("ps.py", common + ["--epochs", "2", "--run-name", "straight"], nproc=3)
+    common = SYNC_ARGS + ["--mode", "sync", "--logdir", tmp_path, tiny_imagefolder]
+    straight_dir = one_server[0]
     run_script("ps.py", common + ["--epochs", "1", "--run-name", "first"], nproc=3)
-    run_script("ps.py", common + ["--epochs", "2", "--num-servers", "2", "--resume",
-                                  tmp_path / "first", "--run-name", "second"], nproc=4)
+    run_script("ps.py", common + ["--num-servers", "2", "--resume", tmp_path / "first",
+                                  "--run-name", "second"], nproc=4)
     assert records(tmp_path / "second", "end")[0]["step"] == 4
-    straight, second = _params(tmp_path / "straight"), _params(tmp_path / "second")
+    straight, second = _params(straight_dir), _params(tmp_path / "second")
     for name in straight:
         assert torch.equal(straight[name], second[name]), name
-    momentum = [_optimizer(tmp_path / name)["state"] for name in ("straight", "second")]
+    momentum = [_optimizer(d)["state"] for d in (straight_dir, tmp_path / "second")]
     assert momentum[0].keys() == momentum[1].keys()
     for i in momentum[0]:
         assert torch.equal(momentum[0][i]["momentum_buffer"], momentum[1][i]["momentum_buffer"])
