@@ -53,7 +53,7 @@ DDP_RUN = TINY + LOADER_WORKERS + ["-b", "4", "--epochs", "2", "--lr-steps", "1"
                                    "--checkpoint-every", "3", "--seed", "5"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def uninterrupted_ddp(tiny_imagefolder, tmp_path_factory):
     """The 2-rank run the interrupted ones must reproduce bit for bit (2 epochs x 8 steps)."""
     logdir = tmp_path_factory.mktemp("uninterrupted")
@@ -78,6 +78,7 @@ def _rank_pid(torchrun_pid: int, rank: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("uninterrupted-ddp")  # one worker: the fixture runs once
 def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, tmp_path,
                                                              uninterrupted_ddp):
     """kill -9 of rank 1 mid-epoch: the surviving rank fails fast with a clear message, torchrun
@@ -110,6 +111,7 @@ def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, t
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("uninterrupted-ddp")  # one worker: the fixture runs once
 def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder, tmp_path,
                                                                uninterrupted_ddp):
     """SIGTERM to torchrun (what `scancel` or a job scheduler does): torchrun passes it to the

@@ -47,7 +47,7 @@ PARITY = TINY + ["--image-size", "64", "-b", "4", "--epochs", "1", "--steps-per-
                  "--lr", "0.4", "--seed", "3"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def ddp_losses(tiny_imagefolder, tmp_path_factory):
     logdir = tmp_path_factory.mktemp("ddp_parity")
     run_script("ddp.py", PARITY + ["--logdir", logdir, "--run-name", "ddp", tiny_imagefolder],
@@ -55,6 +55,7 @@ def ddp_losses(tiny_imagefolder, tmp_path_factory):
     return [r["loss"] for r in records(logdir / "ddp", "train")]
 
 
+@pytest.mark.xdist_group("horovod-ddp-losses")  # one worker: the fixture runs once
 def test_horovod_matches_ddp_step_by_step(tiny_imagefolder, tmp_path, ddp_losses):
     """Same global batch, data order, precision and initial weights: the same losses at every
     step (gradient averaging over ranks is the same computation, in another library)."""
@@ -65,6 +66,7 @@ def test_horovod_matches_ddp_step_by_step(tiny_imagefolder, tmp_path, ddp_losses
     assert len(set(round(v, 3) for v in ddp_losses)) == 4  # the model really moves
 
 
+@pytest.mark.xdist_group("horovod-ddp-losses")  # one worker: the fixture runs once
 def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path, ddp_losses):
     run_hvd(PARITY + ["--fp16-allreduce", "--logdir", tmp_path, "--run-name", "fp16",
                       tiny_imagefolder])
@@ -78,8 +80,8 @@ def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path, ddp_losses):
 
 
 # O2 float16: the loss scaler's state and the fp32 masters, the most state Horovod's path carries
-# (O1 float16, bfloat16 and O0 take the same path with less of it; nd and DDP resume each of
-# those, tests/test_mixed_precision.py)
+# (O1 float16, bfloat16 and O0 take the same path with less of it; tests/test_mixed_precision.py
+# resumes those with nd, and O2 float16 with DDP)
 def test_horovod_resume_is_bit_identical(tiny_imagefolder, tmp_path):
     args = TINY + ["-b", "8", "--steps-per-epoch", "2", "--seed", "2", "--opt-level", "O2",
                    "--amp-dtype", "float16"]

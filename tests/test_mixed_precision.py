@@ -8,25 +8,36 @@ import math
 import pytest
 import torch
 
-from conftest import TINY, assert_resume_is_exact, first_conv_weight, records, run_script
+from conftest import (TINY, assert_resume_is_exact, first_conv_weight, records, run_script,
+                      weights)
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
 SHORT = TINY + ["-b", "8", "--steps-per-epoch", "3", "--seed", "2"]
 
 
-@pytest.mark.parametrize("script,nproc,level,dtype", [
-    ("nd.py", 0, "O2", "bfloat16"),
-    ("ddp.py", 2, "O1", "float16"),
-    ("ddp.py", 2, "O2", "float16"),
+EMA = ("--model-ema", "--model-ema-steps", "3")
+
+
+@pytest.mark.parametrize("script,nproc,level,dtype,extra", [
+    ("nd.py", 0, "O2", "bfloat16", ()),
+    ("nd.py", 0, "O1", "float16", ()),
+    # DDP with the most state: loss scaler, fp32 masters and their EMA
+    ("ddp.py", 2, "O2", "float16", EMA),
 ])
 def test_mixed_precision_resume_is_bit_identical(tiny_imagefolder, tmp_path, script, nproc,
-                                                 level, dtype):
-    """O2 resumes from the saved fp32 masters (not from their half rounding), and float16
-    from the saved loss scale and growth tracker."""
-    args = SHORT + ["--opt-level", level, "--amp-dtype", dtype]
+                                                 level, dtype, extra):
+    """O2 resumes from the saved fp32 masters (not from their half rounding), float16 from the
+    saved loss scale and growth tracker, and the EMA of O2's masters from its saved average."""
+    args = SHORT + ["--opt-level", level, "--amp-dtype", dtype, *extra]
     state = assert_resume_is_exact(lambda argv: run_script(script, argv, nproc=nproc), args,
                                    tiny_imagefolder, tmp_path)
+    if extra == EMA:
+        resumed = weights(tmp_path / "cut")
+        assert state["model_ema"]["updates"] == resumed["model_ema"]["updates"] > 1
+        for name, value in state["model_ema"]["model"].items():
+            assert value.dtype != torch.float16, name  # an fp32 average of the masters
+            assert torch.equal(value, resumed["model_ema"]["model"][name]), name
     conv = first_conv_weight(state["model"])
     assert conv.dtype == torch.float32  # O2 saves the masters, not the half model
     if level == "O2":

@@ -16,7 +16,9 @@ import torch
 
 from conftest import TINY, records, run_script, weights
 
-pytestmark = pytest.mark.slow  # every test here starts real processes
+# Every test here starts real processes, and they share the module's runs: one xdist worker
+# runs them all, so the runs are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("parity")]
 
 PARITY = TINY + ["--epochs", "3", "--lr", "0.4", "--seed", "3", "--float64"]
 REL = 1e-6
@@ -49,7 +51,7 @@ def _assert_different_training(run_a, run_b):
     assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) > 1e3 * REL
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def runs(tiny_imagefolder, tmp_path_factory):
     """nd (batch 8), DDP 2 x 4 with and without --sync-bn, and the twice-the-lr nd control."""
     logdir = tmp_path_factory.mktemp("parity")

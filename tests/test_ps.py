@@ -48,7 +48,7 @@ SYNC_ARGS = STEP_ARGS + ["--epochs", "2", "--steps-per-epoch", "2"]
 ONE_SERVER = pytest.mark.xdist_group("ps-one-server")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def one_server(tiny_imagefolder, tmp_path_factory):
     """(run dir, console output) of the synchronous run with one server."""
     logdir = tmp_path_factory.mktemp("ps_one_server")

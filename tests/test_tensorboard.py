@@ -16,12 +16,14 @@ import pytest
 from conftest import REPO, TINY, records, run_script
 from imagenet_recipes.strategies import free_port
 
-pytestmark = pytest.mark.slow  # every test here starts real processes
+# Every test here starts real processes, and they share the module's runs: one xdist worker
+# runs them all, so the runs are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tensorboard")]
 
 TRAIN_IMAGES = 64  # tiny_imagefolder
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def runs(tiny_imagefolder, tmp_path_factory):
     """One epoch over all 64 images three ways: nd with global batch 8, DDP 2 x 8 (global 16)
     and the synchronous parameter server with 2 workers x 8."""

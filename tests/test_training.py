@@ -58,20 +58,38 @@ def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
     assert proc.returncode == 2 and "already holds a run's checkpoint" in proc.stderr
 
 
+@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
+def validated_on_one(tiny_imagefolder, tmp_path_factory):
+    """validated_on_one(backend) -> (evaluation arguments, the `val` record of one process):
+    one trained checkpoint, validated once per backend by one process (made once, shared)."""
+    logdir = tmp_path_factory.mktemp("validated_on_one")
+    run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--logdir", logdir,
+                                "--run-name", "trained", tiny_imagefolder])
+    done = {}
+
+    def validate(backend: str):
+        if backend not in done:
+            evaluate = TINY + LOADER_WORKERS + ["-e", "--resume", logdir / "trained/checkpoint.pth",
+                                                "-b", "6", "--data-backend", backend]
+            run_script("nd.py", evaluate + ["--logdir", logdir, "--run-name", f"val1-{backend}",
+                                            tiny_imagefolder])
+            done[backend] = evaluate, records(logdir / f"val1-{backend}", "val")[0]
+        return done[backend]
+    return validate
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group("validated-on-one")  # one worker: the checkpoint is trained once
 @pytest.mark.parametrize("backend,nproc", [("pytorch", 2), ("pytorch", 3), ("dali-cpu", 2),
                                            ("dali-cpu", 3)])
-def test_distributed_validation_is_exact(tiny_imagefolder, tmp_path, backend, nproc):
+def test_distributed_validation_is_exact(validated_on_one, tiny_imagefolder, tmp_path, backend,
+                                         nproc):
     """Validating one checkpoint on N ranks gives the same count and accuracy as on one (with
     batch 6, the shards end in partial batches; with 3 ranks they are uneven)."""
-    run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--logdir", tmp_path,
-                                "--run-name", "trained", tiny_imagefolder])
-    ckpt = tmp_path / "trained/checkpoint.pth"
-    evaluate = TINY + LOADER_WORKERS + ["-e", "--resume", ckpt, "-b", "6", "--logdir", tmp_path,
-                       "--data-backend", backend]
-    run_script("nd.py", evaluate + ["--run-name", "val1", tiny_imagefolder])
-    run_script("ddp.py", evaluate + ["--run-name", "valN", tiny_imagefolder], nproc=nproc)
-    single, multi = records(tmp_path / "val1", "val")[0], records(tmp_path / "valN", "val")[0]
+    evaluate, single = validated_on_one(backend)
+    run_script("ddp.py", evaluate + ["--logdir", tmp_path, "--run-name", "valN",
+                                     tiny_imagefolder], nproc=nproc)
+    multi = records(tmp_path / "valN", "val")[0]
     assert single["count"] == multi["count"] == 20  # every val image exactly once
     assert multi["top1"] == single["top1"] and multi["top5"] == single["top5"]
     assert multi["loss"] == pytest.approx(single["loss"], rel=1e-5)
