@@ -109,12 +109,13 @@ def script_command(script: str, args: List, nproc: int = 0,
     return cmd + [str(a) for a in args]
 
 
-def traced(script: str, trace_dir: Path) -> Tuple[List[str], dict]:
+def traced(script: str, trace_dir: Path, delay_s: float = 0.0) -> Tuple[List[str], dict]:
     """(argv prefix, environment) that run train/<script> under tests/sample_trace.py, which
-    writes every training sample index the run is given into files under `trace_dir`. Prefix
-    the argv with `python` or `torchrun ... `."""
+    writes every training sample index the run is given into files under `trace_dir` (and
+    hands each one out `delay_s` late). Prefix the argv with `python` or `torchrun ... `."""
     trace_dir.mkdir(parents=True, exist_ok=True)
-    return [str(TESTS / "sample_trace.py"), str(trace_dir), str(TRAIN / script)], _env()
+    return ([str(TESTS / "sample_trace.py"), str(trace_dir), str(TRAIN / script)],
+            {**_env(), "SAMPLE_TRACE_DELAY_S": str(delay_s)})
 
 
 def traced_samples(trace_dir: Path, epoch: int = 0) -> List[int]:

@@ -5,15 +5,20 @@ file, so a test can count what a run (or an interrupted and resumed pair of runs
 
 Use -j 0: DataLoader worker processes prefetch indices ahead of training; without them the
 sampler is read one batch at a time, exactly as the steps consume it.
+
+With SAMPLE_TRACE_DELAY_S set, each training sample is handed out that many seconds late: a
+floor under a step's time, so a test can signal a run mid-epoch on any CPU, however fast.
 """
 import os
 import runpy
 import sys
+import time
 
 from imagenet_recipes.data import sampling
 
 out_dir, script = sys.argv[1], sys.argv[2]
 untraced_iter = sampling.ShardedSampler.__iter__
+delay_s = float(os.environ.get("SAMPLE_TRACE_DELAY_S", "0"))
 
 
 def traced_iter(self):
@@ -23,6 +28,7 @@ def traced_iter(self):
             if self.shuffle:  # the training sampler; validation is counted by its own tests
                 out.write(f"{self.epoch} {key.index}\n")
                 out.flush()
+                time.sleep(delay_s)
             yield key
 
 

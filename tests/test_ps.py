@@ -176,12 +176,13 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
     assert records(run_dir, "end")[0]["reason"] == "finished"
 
 
-def _start_ranks(args, world, tmp_path, trace_dir=None):
+def _start_ranks(args, world, tmp_path, trace_dir=None, sample_delay_s=0.0):
     """The ranks as separate processes, as srun would start them (no torchrun agent that
-    would stop everyone when one exits); with `trace_dir`, their samples traced."""
+    would stop everyone when one exits); with `trace_dir`, their samples traced (and each
+    handed out `sample_delay_s` late)."""
     port = free_port()
     script, env = ([str(TRAIN / "ps.py")], _env()) if trace_dir is None else traced(
-        "ps.py", trace_dir)
+        "ps.py", trace_dir, sample_delay_s)
     procs = []
     for rank in range(world):
         rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -198,7 +199,7 @@ def _wait_for_training(run_dir, procs, timeout=120):
         if (run_dir / "log.jsonl").is_file() and records(run_dir, "train"):
             return
         assert all(p.poll() is None for p in procs), "a rank exited before training started"
-        time.sleep(0.5)
+        time.sleep(0.1)
     raise AssertionError("training did not start")
 
 
@@ -210,8 +211,9 @@ def _kill_all(procs):
 
 def _preempt_once_training(args, tmp_path, run_dir, trace_dir=None):
     """Server + 2 workers; SIGUSR1 to the server once training has started: the server exits
-    75 after its checkpoint, the workers 0."""
-    procs = _start_ranks(args, 3, tmp_path, trace_dir)
+    75 after its checkpoint, the workers 0. The workers' samples come 50 ms late (traced), so
+    a step takes at least 0.2 s and the signal lands mid-epoch on any CPU."""
+    procs = _start_ranks(args, 3, tmp_path, trace_dir or tmp_path / "trace", sample_delay_s=0.05)
     try:
         _wait_for_training(run_dir, procs)
         procs[0].send_signal(signal.SIGUSR1)
@@ -229,8 +231,7 @@ def test_sync_resumed_on_fewer_workers_trains_every_sample_of_the_epoch_once(
     each of the 64 images once in epoch 0)."""
     args = STEP_ARGS + ["-j", "0", "--mode", "sync", "--epochs", "1", "--logdir", tmp_path,
                         "--run-name", "cut", "--eval-every", "-1", tiny_imagefolder]
-    _preempt_once_training(args + ["--worker-slowdown", "4,4"], tmp_path, tmp_path / "cut",
-                           tmp_path / "first")
+    _preempt_once_training(args, tmp_path, tmp_path / "cut", tmp_path / "first")
     saved = torch.load(tmp_path / "cut" / "checkpoint.pth", weights_only=True)
     assert saved["epoch"] == 0 and 0 < saved["epoch_samples"] < 64
     first = traced_samples(tmp_path / "first")

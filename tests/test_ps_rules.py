@@ -134,3 +134,24 @@ def test_an_epoch_no_worker_reported_in_has_no_loss_rather_than_zero():
         "loss": None, "top1": None, "top5": None, "count": 0}
     assert epoch_stats({"loss": 6.0, "correct1": 1.0, "correct5": 3.0, "count": 4.0}) == {
         "loss": 1.5, "top1": 25.0, "top5": 75.0, "count": 4}
+
+
+def test_a_worker_told_to_stop_ends_cleanly_when_the_server_is_gone_before_its_goodbye(capsys):
+    """An async run that lost a worker ends without RPC's graceful barrier: the server may exit
+    before its answer to the last worker's goodbye leaves. That worker was already told to stop,
+    so it finishes (exit 0, no graceful shutdown to wait in) instead of failing the run."""
+    from imagenet_recipes.ps.worker import Worker, WorkerStopped
+
+    def server_gone(fn, *args):
+        raise WorkerStopped("EOF: end of file (this error originated at tensorpipe/...)")
+
+    worker = Worker.__new__(Worker)  # only what leaving needs: no model, loader or RPC
+    worker.worker, worker.lost_peers, worker.server_gone = 1, [], False
+    worker._call = server_gone
+    worker.leave()
+    assert worker.server_gone and "server ended before answering" in capsys.readouterr().out
+
+    worker.server_gone = False
+    worker._call = lambda fn, *args: [2]  # the answer names the workers lost meanwhile
+    worker.leave()
+    assert worker.lost_peers == [2] and not worker.server_gone

@@ -152,7 +152,8 @@ def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
         return lifecycle.EXIT_FAILED
     finally:
         worker.loader.close()
-    _shutdown(graceful=not worker.lost_peers)  # a lost peer would never join a graceful one
+    # A lost peer, or a server already gone, would never join a graceful shutdown.
+    _shutdown(graceful=not (worker.lost_peers or worker.server_gone))
     return 0
 
 

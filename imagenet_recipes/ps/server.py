@@ -55,8 +55,8 @@ def esync_should_step(worker: int, round_: int, local_steps: int) -> bool:
     return _SERVER.esync_should_step(worker, round_, local_steps)
 
 
-def goodbye(worker: int) -> None:
-    _SERVER.goodbye(worker)
+def goodbye(worker: int) -> List[int]:
+    return _SERVER.goodbye(worker)
 
 
 def epoch_stats(sums: Dict[str, float]) -> dict:
@@ -460,10 +460,12 @@ class ParameterServer:
                        path=str(path), best=is_best, seconds=time.perf_counter() - start)
 
     # --- the end, and failures ---------------------------------------------------------------------
-    def goodbye(self, worker: int) -> None:
+    def goodbye(self, worker: int) -> List[int]:
+        """A worker is done; the answer is the workers lost so far (the last news it gets)."""
         with self.lock:
             self.said_goodbye.add(worker)
             self._maybe_finish()
+            return sorted(self.lost)
 
     def _maybe_finish(self) -> None:
         if self.live <= self.said_goodbye:

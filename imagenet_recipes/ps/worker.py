@@ -113,6 +113,7 @@ class Worker:
         self.step = 0  # the server step of the weights this worker holds
         self.epoch = 0  # of this worker's shard (--slowdown-from-epoch counts these)
         self.lost_peers: list = []  # workers the server has given up on
+        self.server_gone = False  # the server left without answering this worker's goodbye
 
     # --- helpers ------------------------------------------------------------------------------
     def _batches(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor, float]]:
@@ -244,7 +245,19 @@ class Worker:
                 "esync": self._esync_loop}[self.cfg.mode]
         if not control["stop"]:
             loop()
-        self._call(srv.goodbye, self.worker)
+        self.leave()
+
+    def leave(self) -> None:
+        """Tell the server this worker is done, and learn which peers it lost since its last
+        reply. The server has already said stop, so the run is over for this worker whatever
+        the answer: a server that lost a worker ends without RPC's graceful barrier, and may be
+        gone before its answer to the last goodbye leaves (then nobody is waited for either)."""
+        try:
+            self.lost_peers = self._call(srv.goodbye, self.worker)
+        except WorkerStopped as err:
+            print(f"note: worker {self.worker}: the server ended before answering its goodbye "
+                  f"({err})", flush=True)
+            self.server_gone = True
 
     def say_goodbye(self) -> None:
         """After a failure: tell the server we heard, if it is still there."""
