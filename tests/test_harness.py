@@ -1,6 +1,9 @@
 """The test helpers' own promise: a training run that hangs fails its test with every
-process's Python stacks, and leaves nothing running behind it."""
+process's Python stacks, and leaves nothing running behind it; and a run several tests share is
+made once, on one xdist worker (launch/test.sh's `-n 2 --dist loadgroup`)."""
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -31,3 +34,38 @@ def test_a_hung_run_fails_with_its_stacks_and_leaves_no_process(monkeypatch, tmp
     status = Path(f"/proc/{int(pid_file.read_text())}/status")
     # gone, or a zombie its new parent has not reaped yet
     assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+def test_an_xdist_group_runs_on_one_worker_so_its_shared_run_is_made_once(tmp_path):
+    """The suite's shared runs (session fixtures: the parity runs, the one-server PS run, ...)
+    are made once only because their tests share an xdist_group; pytest 9.2 silently broke that
+    grouping (pytest-dev/pytest-xdist#1386) and every shared run was made on both workers."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # not the project's
+    (tmp_path / "test_grouped.py").write_text(textwrap.dedent("""\
+        import os, time
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def shared_run(tmp_path_factory):
+            # one file per build, in the folder every worker's temp dirs share
+            built = tmp_path_factory.getbasetemp().parent / "builds"
+            built.mkdir(exist_ok=True)
+            (built / os.environ["PYTEST_XDIST_WORKER"]).touch()
+
+        GROUP = pytest.mark.xdist_group("shared")
+
+        @GROUP
+        @pytest.mark.parametrize("i", range(3))
+        def test_uses_the_shared_run(shared_run, i):
+            time.sleep(0.2)
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_other(i):
+            time.sleep(0.2)
+        """))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-n", "2", "--dist", "loadgroup", "--basetemp", tmp_path / "base",
+                          "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert len(list((tmp_path / "base" / "builds").iterdir())) == 1, run.stdout
