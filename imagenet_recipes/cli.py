@@ -10,20 +10,30 @@ heavier than the config: no torch.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Optional
 
-from .config import UsageError, exit_on_usage_error, parse_args
+from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
 from .data.loader_server import start_loader_server
 from .registry import ENTRIES
 
 
-def main(entry: str, description: str = "", argv: Optional[list] = None) -> None:
-    """An entry script's whole body: `entry` names it in the registry (recipe/registry.py),
-    which holds its strategy and its defaults."""
+def main(entry: str, description: str = "", argv: Optional[list] = None,
+         config_cls: type = TrainConfig, strategy: Optional[str] = None) -> None:
+    """An entry script's whole body: `entry` names it in the registry (registry.py), which
+    holds its strategy and its defaults. Something built on an entry (an experiment) passes its
+    own subclasses: `config_cls` of TrainConfig, and `strategy` ("module:Class", imported only
+    once the loader server has started) of the entry's strategy."""
     try:
-        cfg = parse_args(argv, description, ENTRIES[entry].defaults, entry=entry)
+        cfg = parse_args(argv, description, ENTRIES[entry].defaults, config_cls=config_cls,
+                         entry=entry)
     except UsageError as err:
         exit_on_usage_error(err)
     start_loader_server(cfg)
     from . import engine, strategies  # torch, from here on
-    engine.run(strategies.strategy_class(ENTRIES[entry].strategy), entry, cfg)
+    if strategy is None:
+        strategy_cls = strategies.strategy_class(ENTRIES[entry].strategy)
+    else:
+        module, name = strategy.split(":")
+        strategy_cls = getattr(importlib.import_module(module), name)
+    engine.run(strategy_cls, entry, cfg)

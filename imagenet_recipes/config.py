@@ -19,7 +19,7 @@ from .errors import UsageError
 from .peer_flags import ALIASES, REFUSED
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
-                       HOROVOD_COMPRESSION, LOCAL_SGD, OPT_LEVELS, PROCESSES, SHARE_GPUS,
+                       HOROVOD_COMPRESSION, OPT_LEVELS, PROCESSES, SHARE_GPUS,
                        SYNC_BN, WHOLE_WEIGHTS, entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
@@ -285,28 +285,6 @@ class TrainConfig:
         DISTRIBUTION, "--powersgd-start-step",
         help="PowerSGD: plain all-reduce for this many steps first (PyTorch suggests about "
              "10%% of training, at least 2)", needs=DDP_COMM_HOOKS))
-    local_sgd_period: int = field(default=0, metadata=opt(
-        DISTRIBUTION, "--local-sgd-period",
-        help="post-local SGD: after --local-sgd-warmup-steps of plain DDP, each process steps "
-             "on its own gradients and the models are averaged every H optimizer steps (0: "
-             "off, plain DDP; 1: the same updates as DDP, by averaging weights instead of "
-             "gradients)", needs=LOCAL_SGD))
-    local_sgd_warmup_steps: int = field(default=0, metadata=opt(
-        DISTRIBUTION, "--local-sgd-warmup-steps",
-        help="local SGD: optimizer steps of plain DDP (gradients all-reduced) before the "
-             "local steps begin (Lin et al.'s post-local SGD starts after the first lr decay)",
-        needs=LOCAL_SGD))
-    local_sgd_outer_lr: float = field(default=1.0, metadata=opt(
-        DISTRIBUTION, "--local-sgd-outer-lr",
-        help="local SGD: an outer SGD step on each average, DiLoCo-style (Douillard et al., "
-             "2023): the weights move by this times the ranks' mean change (with "
-             "--local-sgd-outer-momentum, Nesterov momentum over those changes). 1 with "
-             "momentum 0: plain averaging (default); DiLoCo: 0.7 with momentum 0.9",
-        needs=LOCAL_SGD))
-    local_sgd_outer_momentum: float = field(default=0.0, metadata=opt(
-        DISTRIBUTION, "--local-sgd-outer-momentum",
-        help="local SGD: Nesterov momentum of the outer step (default 0: none)",
-        needs=LOCAL_SGD))
     fp16_allreduce: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--fp16-allreduce", help="compress gradients to fp16 for the all-reduce",
         needs=HOROVOD_COMPRESSION, elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
@@ -607,18 +585,6 @@ def validate(cfg: TrainConfig) -> None:
                                             or cfg.powersgd_start_step < 2):
         raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "
                          "(error feedback needs one uncompressed step)")
-    if cfg.local_sgd_outer_lr <= 0 or not 0 <= cfg.local_sgd_outer_momentum < 1:
-        raise UsageError("--local-sgd-outer-lr must be > 0 and --local-sgd-outer-momentum in "
-                         "[0, 1)")
-    if (cfg.local_sgd_outer_lr != 1 or cfg.local_sgd_outer_momentum) and not cfg.local_sgd_period:
-        raise UsageError("--local-sgd-outer-lr and --local-sgd-outer-momentum shape local SGD's "
-                         "averaging: give --local-sgd-period too")
-    if cfg.local_sgd_period < 0 or cfg.local_sgd_warmup_steps < 0:
-        raise UsageError("--local-sgd-period and --local-sgd-warmup-steps must be >= 0")
-    if cfg.local_sgd_period and (cfg.opt_level in ("O2", "O3") or cfg.ddp_comm_hook != "none"):
-        raise UsageError("--local-sgd-period works at O0 and O1 without --ddp-comm-hook: O2's "
-                         "fp32 masters and O3's half weights are not averaged, and after the "
-                         "warm-up no gradient is communicated for a hook to compress")
     if cfg.compile and cfg.sync_bn:
         raise UsageError("--compile with --sync-bn is refused: torch.compile fails on DDP with "
                          "SyncBatchNorm (pytorch#107372, open) and the cross-rank BatchNorm "

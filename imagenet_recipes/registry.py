@@ -22,9 +22,8 @@ SHARE_GPUS = "several processes per GPU"
 DDP_COMM_HOOKS = "DDP communication hooks"
 HOROVOD_COMPRESSION = "Horovod's gradient compression"
 WHOLE_WEIGHTS = "whole weights on every rank"  # the engine's loop, unsharded: --model-ema
-LOCAL_SGD = "local SGD"  # each rank steps on its own gradients, the models averaged periodically
 CAPABILITIES = frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS, LOCAL_SGD})
+                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS})
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ STRATEGIES: Dict[str, StrategySpec] = {
     "dp": StrategySpec("dp:DataParallelStrategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
     "ddp": StrategySpec("ddp:DDPStrategy", frozenset({
         ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-        DDP_COMM_HOOKS, LOCAL_SGD})),
+        DDP_COMM_HOOKS})),
     "hvd": StrategySpec("horovod:HorovodStrategy", frozenset({
         ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN, HOROVOD_COMPRESSION})),
     "fsdp": StrategySpec("fsdp:FSDPStrategy", frozenset({

@@ -31,6 +31,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
+LOCAL_SGD = "experiments/local_sgd.py"  # DDP with local SGD, an experiment (script_command)
 TESTS = REPO / "tests"
 
 # Small enough for a 2-core CI box: timm's test_resnet (a ResNet with BatchNorm and residual
@@ -100,12 +101,14 @@ def run_tool(tool: str, *args, timeout: int = 300,
 
 def script_command(script: str, args: List, nproc: int = 0,
                    torchrun_args: Sequence[str] = ()) -> List[str]:
-    """train/<script> with plain python (nproc=0) or torchrun --nproc_per_node=nproc."""
+    """train/<script> (or a path from the repository root, e.g. experiments/local_sgd.py) with
+    plain python (nproc=0) or torchrun --nproc_per_node=nproc."""
+    path = REPO / script if "/" in script else TRAIN / script
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", *torchrun_args, str(TRAIN / script)]
+               f"--nproc_per_node={nproc}", *torchrun_args, str(path)]
     else:
-        cmd = [sys.executable, str(TRAIN / script)]
+        cmd = [sys.executable, str(path)]
     return cmd + [str(a) for a in args]
 
 

@@ -172,26 +172,11 @@ def test_ddp_help_has_the_ddp_options(capsys):
         assert flag in text
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--local-sgd-period", "-1"],
-     "--local-sgd-period and --local-sgd-warmup-steps must be >= 0"),
-    (["--local-sgd-period", "2", "--opt-level", "O2"], "works at O0 and O1 without"),
-    (["--local-sgd-period", "2", "--ddp-comm-hook", "bf16"], "works at O0 and O1 without"),
-    (["--local-sgd-outer-momentum", "0.9"], "shape local SGD's averaging: give "
-                                            "--local-sgd-period too"),
-    (["--local-sgd-period", "2", "--local-sgd-outer-momentum", "1"],
-     "--local-sgd-outer-momentum in [0, 1)"),
-    (["--local-sgd-period", "2", "--local-sgd-outer-lr", "0"], "--local-sgd-outer-lr must be > 0"),
-])
-def test_bad_local_sgd_options(expect_usage_error, tiny_imagefolder, args, message):
-    expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ddp.py")
-
-
-def test_local_sgd_is_an_option_of_the_ddp_scripts_only(expect_usage_error, tiny_imagefolder):
-    for script in ("nd.py", "fsdp.py", "hvd.py"):
-        expect_usage_error(TINY + ["--local-sgd-period", "4", tiny_imagefolder],
-                           "--local-sgd-period is an option of train/ddp.py, "
-                           "train/ddp_apex.py, not of", script=script)
+def test_local_sgd_is_an_experiment_not_an_option_of_the_product(expect_usage_error,
+                                                                 tiny_imagefolder):
+    """Its options belong to experiments/local_sgd.py (tests/test_experiment_local_sgd.py)."""
+    expect_usage_error(TINY + ["--local-sgd-period", "4", tiny_imagefolder],
+                       "unknown option --local-sgd-period", script="ddp.py")
 
 
 def test_powersgd_needs_a_warm_up_step(expect_usage_error, tiny_imagefolder):

@@ -1,14 +1,18 @@
-"""Local SGD over DDP (`--local-sgd-period`, `--local-sgd-warmup-steps`, the DiLoCo-style outer
-step): when it communicates, what an average does, and that a run resumes exactly. Its float64 parity with DDP at period 1 is in
-tests/test_parity.py."""
+"""The local SGD experiment (experiments/local_sgd.py: `--local-sgd-period`,
+`--local-sgd-warmup-steps`, the DiLoCo-style outer step): when it communicates, what an average
+does, what it refuses, and that a run resumes exactly. Its float64 parity with DDP at period 1
+is in tests/test_parity.py."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from conftest import TINY, assert_resume_is_exact, records, run_script
+from conftest import LOCAL_SGD, TINY, assert_resume_is_exact, records, run_script
 
-from imagenet_recipes.strategies.ddp import LocalSGD
+from imagenet_recipes.experiments.local_sgd import main
+from imagenet_recipes.experiments.local_sgd.strategy import LocalSGD
+
+pytestmark = pytest.mark.experiment
 
 
 def test_the_schedule_is_ddp_for_the_warm_up_then_local_steps_averaged_every_period():
@@ -100,9 +104,31 @@ def test_local_sgd_resumes_exactly(tiny_imagefolder, tmp_path, outer):
     args = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2", "--local-sgd-period", "3",
                    "--local-sgd-warmup-steps", "2", "--local-sgd-outer-lr", str(lr),
                    "--local-sgd-outer-momentum", str(momentum)]
-    straight = assert_resume_is_exact(lambda argv: run_script("ddp.py", argv, nproc=2), args,
+    straight = assert_resume_is_exact(lambda argv: run_script(LOCAL_SGD, argv, nproc=2), args,
                                       tiny_imagefolder, tmp_path)
     assert straight["optimizer"]["local_sgd_step"] == 16
     assert ("local_sgd_outer" in straight["optimizer"]) == (momentum > 0)
     assert records(tmp_path / "cut", "run")[-1]["local_sgd"] == {
         "period": 3, "warmup_steps": 2, "outer_lr": lr, "outer_momentum": momentum}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--local-sgd-period", "-1"],
+     "--local-sgd-period and --local-sgd-warmup-steps must be >= 0"),
+    (["--local-sgd-period", "2", "--opt-level", "O2"], "works at O0 and O1 without"),
+    (["--local-sgd-period", "2", "--ddp-comm-hook", "bf16"], "works at O0 and O1 without"),
+    (["--local-sgd-outer-momentum", "0.9"], "shape local SGD's averaging: give "
+                                            "--local-sgd-period too"),
+    (["--local-sgd-period", "2", "--local-sgd-outer-momentum", "1"],
+     "--local-sgd-outer-momentum in [0, 1)"),
+    (["--local-sgd-period", "2", "--local-sgd-outer-lr", "0"], "--local-sgd-outer-lr must be > 0"),
+    (["--fp16-allreduce"], "--fp16-allreduce is an option of train/hvd.py"),  # DDP's options
+])
+def test_bad_options_end_with_one_message(tiny_imagefolder, tmp_path, capsys, args, message):
+    """The script's own body, in this process: exit 2, the message, no run directory."""
+    with pytest.raises(SystemExit) as end:
+        main(argv=[*map(str, TINY + args), "--logdir", str(tmp_path / "runs"),
+                   str(tiny_imagefolder)])
+    err = capsys.readouterr().err
+    assert end.value.code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()

@@ -111,7 +111,8 @@ def test_the_engine_package_has_no_import_cycle():
 
 # The package's layers, lowest first: a module imports its own layer and those below, never one
 # above (data never reaches for a strategy, a strategy never for the engine's loop, the engine
-# never for a tool, a tool users run never for a study: ARCHITECTURE.md, "Product, tools, lab").
+# never for a tool, the product and its tools never for an experiment, nothing but the lab for a
+# study: ARCHITECTURE.md, "Product, tools, lab").
 LAYERS = (
     ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "peer_flags", "presets",
                      "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
@@ -123,6 +124,7 @@ LAYERS = (
     ("loops", ("engine", "ps")),
     ("command line", ("cli",)),
     ("tools", ("bench",)),
+    ("experiments", ("experiments",)),
     ("lab", ("bench.studies",)),
 )
 
@@ -140,6 +142,19 @@ def test_no_module_imports_from_a_layer_above_its_own():
               for m, deps in sorted(_import_graph().items()) for d in sorted(deps)
               if _layer(d) > _layer(m)]
     assert upward == []
+
+
+def test_an_experiment_script_runs_its_experiment_and_nothing_else():
+    """experiments/NAME.py is to imagenet_recipes.experiments.NAME what train/X.py is to the
+    registry's entry X: its documented command, and one call."""
+    scripts = sorted((REPO / "experiments").glob("*.py"))
+    assert scripts
+    for script in scripts:
+        text = script.read_text()
+        assert f"from imagenet_recipes.experiments.{script.stem} import main" in text, script
+        assert text.split('if __name__ == "__main__":')[1].strip() == \
+            "main(description=__doc__)", script
+        assert (PACKAGE / "experiments" / script.stem).is_dir(), script
 
 
 def test_data_backends_and_strategies_import_no_sibling():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY, records, run_script, weights
+from conftest import LOCAL_SGD, TINY, records, run_script, weights
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -109,16 +109,17 @@ def test_fsdp_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
     assert run["entry"] == "fsdp" and run["world_size"] == 2
 
 
+@pytest.mark.experiment
 def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_imagefolder):
-    """--local-sgd-period 1: each rank steps on its own gradients and the weights are averaged
+    """experiments/local_sgd.py --local-sgd-period 1: each rank steps on its own gradients and the weights are averaged
     after every step. SGD's update (momentum and weight decay included) is linear in the
     gradient and every rank starts the step from the same weights, so that is DDP's update.
     Averaging every 4 steps instead must train differently. (With --sync-bn: BatchNorm over
     each rank's 4 images makes this tiny run chaotic, so that float64's rounding differences
     between averaging weights and averaging gradients grow to 1e-3 in 20 steps.)"""
     common = PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", tiny_imagefolder]
-    run_script("ddp.py", common + ["--local-sgd-period", "1", "--run-name", "local1"], nproc=2)
-    run_script("ddp.py", common + ["--local-sgd-period", "4", "--run-name", "local4"], nproc=2)
+    run_script(LOCAL_SGD, common + ["--local-sgd-period", "1", "--run-name", "local1"], nproc=2)
+    run_script(LOCAL_SGD, common + ["--local-sgd-period", "4", "--run-name", "local4"], nproc=2)
     _assert_same_training(runs / "ddp", runs / "local1")
     _assert_different_training(runs / "ddp", runs / "local4")
     assert records(runs / "local4", "run")[0]["local_sgd"] == {

@@ -8,7 +8,8 @@ side by side on the same data, model, batch and schedule.
 
 Methods (--methods), 3 compute processes each:
   ddp               train/ddp.py: gradients all-reduced every step (the slowest rank sets the pace)
-  local-sgd         train/ddp.py --local-sgd-period H after --local-sgd-warmup-steps W
+  local-sgd         experiments/local_sgd.py --local-sgd-period H after --local-sgd-warmup-steps W
+                    (DDP with local SGD, an experiment: docs/experiments.md)
   diloco            the same with DiLoCo's outer step (--local-sgd-outer-lr 0.7
                     --local-sgd-outer-momentum 0.9 by default: --outer-lr, --outer-momentum)
   sync              train/ps.py --mode sync (one server process more)
@@ -46,6 +47,7 @@ from imagenet_recipes.bench.render import render
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
            "esync-normalized")
 DDP_METHODS = ("ddp", "local-sgd", "diloco")
+LOCAL_SGD_SCRIPT = "experiments/local_sgd.py"  # the local SGD experiment, built on train/ddp.py
 # name -> (--worker-slowdown, --slowdown-from-epoch)
 PROFILES: Dict[str, Tuple[str, int]] = {"even": ("1,1,1", 0), "one-2x": ("1,1,2", 0),
                                         "one-4x": ("1,1,4", 0), "midway": ("1,1,4", 3)}
@@ -79,9 +81,12 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
                     if method in DDP_METHODS and split != "iid":
                         continue
                     name = f"{profile}-{split}-{method}-s{seed}"
-                    entry = ["ddp"] if method in DDP_METHODS else ["ps", "--split", split]
-                    listed.append((name, launcher(entry[0], args.workers + (
-                        entry[0] == "ps")) + common + entry[1:] + [
+                    if method in DDP_METHODS:
+                        script = LOCAL_SGD_SCRIPT if method != "ddp" else None
+                        start = launcher("ddp", args.workers, script)
+                    else:
+                        start = launcher("ps", args.workers + 1) + ["--split", split]
+                    listed.append((name, start + common + [
                         "--worker-slowdown", slowdown, "--slowdown-from-epoch",
                         str(from_epoch), *method_args(method, args), "--seed", str(seed),
                         "--run-name", name]))

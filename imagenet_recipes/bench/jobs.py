@@ -19,11 +19,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 from imagenet_recipes.bench.common import REPO, registry
 
 
-def launcher(entry: str, processes: int) -> List[str]:
+def launcher(entry: str, processes: int, script: Optional[str] = None) -> List[str]:
     """The command that starts an entry script on `processes` processes, as its docstring says
-    (the registry names the script and its launcher)."""
+    (the registry names the script and its launcher); `script`: one built on that entry
+    instead (an experiment's, e.g. experiments/local_sgd.py on ddp), from the repository root."""
     e = registry().ENTRIES[entry]
-    script = str(REPO / e.script)
+    script = str(REPO / (script or e.script))
     if e.launcher == "python":
         return [sys.executable, script]
     if e.launcher == "horovodrun":  # the invocation known to work here: gloo, this venv's python
