@@ -133,6 +133,76 @@ def test_a_unit_brings_the_units_its_targets_compare_with():
     assert gpu.select(None, None) == list(gpu.UNITS)
 
 
+def _peers_record(walls: dict, spans: dict) -> dict:
+    """A bench.e2e record of 2 repeats: contender -> (wall of repeat 0, of repeat 1) and
+    contender -> seconds of epoch 2's training (200 images)."""
+    commands = {"timm fast": "python train.py --model resnet50 --amp",
+                "torchvision reference": "python references/classification/train.py --amp",
+                "nd fast": "python train/nd.py -a resnet50 --opt-level O1"}
+    return {"images": {"train": 200, "val": 20}, "commands": commands,
+            "config": {"arch": "resnet50", "batch_size": 256, "workers": 15, "epochs": 2,
+                       "repeats": 2},
+            "runs": [{"contender": name, "repeat": repeat, "wall": wall[repeat],
+                      "epoch training": [spans[name]]}
+                     for repeat in (0, 1) for name, wall in walls.items()]}
+
+
+def test_the_peers_rows_judge_ours_end_to_end_against_each_peer():
+    record = _peers_record({"timm fast": (33.0, 36.0), "torchvision reference": (30.0, 30.0),
+                            "nd fast": (30.0, 30.0)},
+                           {"timm fast": 2.0, "torchvision reference": 2.5, "nd fast": 1.0})
+    rows = gpu.peer_rows(record, gpu.UNITS["peers"])
+    gpu.assess(rows, gpu.TARGETS)
+    by = {r["name"]: r for r in rows}
+    ours = by["peers-nd-fast"]
+    assert ours["status"] == "ok" and ours["img_s"] == pytest.approx(200.0)
+    assert ours["reference"] == "peers-timm" and ours["ratio"] == pytest.approx(2.0)
+    # timm took 1.10x and 1.20x our time: median 1.15, met; torchvision 1.0x: missed
+    assert ours["detail"]["end_to_end"] == pytest.approx({"timm fast": 1.15,
+                                                          "torchvision reference": 1.0})
+    assert [(t["name"], t["met"]) for t in ours["targets"]] == [("vs_timm", True),
+                                                                ("vs_torchvision", False)]
+    assert by["peers-torchvision"]["img_s"] == pytest.approx(80.0)
+    assert by["peers-torchvision"]["targets"] == []
+    # what did not run here says why, and judges nothing
+    assert by["peers-nd-gpu-decode"]["status"] == "skipped"
+    assert "data backend is not installed" in by["peers-nd-gpu-decode"]["note"]
+    assert gpu.missed(rows) == [
+        "peers-nd-fast: torchvision reference's time/ours end to end >= 1.1 (1.000)"]
+
+
+@pytest.mark.slow
+def test_on_a_cpu_the_peers_group_runs_bench_e2e_with_the_peers_scripts(tmp_path,
+                                                                       tiny_imagefolder):
+    from test_benchmarks import stand_in_peers
+
+    _, timm, torchvision = stand_in_peers(tmp_path)
+    record_path = tmp_path / "gpu" / "peers.json"
+    proc = run_tool("gpu", "--device", "cpu", "--group", "peers", "--timm", timm,
+                    "--torchvision", torchvision, "-a", "mobilenet_v3_small", "-b", "8",
+                    "-j", "1", "--peers-epochs", "2", "--peers-repeats", "1", "--peers-data",
+                    tiny_imagefolder, "--json", record_path, "--out", tmp_path / "out",
+                    timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
+    assert list(rows) == list(gpu.PEER_ROWS.values())
+    for name in ("peers-nd-fast", "peers-timm", "peers-torchvision"):
+        assert rows[name]["status"] == "ok" and rows[name]["img_s"] > 0, rows[name]
+    # no GPU: the GPU-decoding contenders do not run
+    assert rows["peers-nd-gpu-decode"]["status"] == "skipped"
+    assert rows["peers-nd-dali-gpu"]["status"] == "skipped"
+    ours = rows["peers-nd-fast"]
+    assert "--opt-level" not in ours["config"]  # no autocast on a CPU: --fast-amp off
+    # torchvision's reference ran without --amp, so it is compared with the defaults, which
+    # this group does not run: not judged
+    assert set(ours["detail"]["end_to_end"]) == {"timm fast"}
+    assert [t["name"] for t in ours["targets"]] == ["vs_timm", "vs_torchvision"]
+    assert ours["targets"][1]["met"] is None
+    e2e_record = json.loads((tmp_path / "out" / "peers.json").read_text())
+    assert [r["contender"] for r in e2e_record["runs"]] == [
+        "timm fast", "torchvision reference", "nd fast"]
+
+
 def test_a_child_and_everything_it_started_are_ended(tmp_path):
     """A run past its time is stopped with its whole process group (what torchrun or a
     trainer's loader workers would be), and so are runs still going when the tool ends."""

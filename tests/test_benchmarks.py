@@ -113,6 +113,27 @@ TIMM_LINES = [
 ]
 
 
+# torchvision's references/classification/train.py prints these (its MetricLogger's format):
+# the data column is the median of its last 20 steps, so no data wait is read from it.
+TORCHVISION_LINES = [
+    (2.0, "Creating model"),
+    (5.0, "Epoch: [0]  [0/2]  eta: 0:00:05  lr: 0.1  img/s: 3.1  loss: 6.9 (6.9)  "
+          "acc1: 0.0 (0.0)  acc5: 0.0 (0.0)  time: 2.5  data: 0.2000 (0.2000)"),
+    (6.0, "Epoch: [0]  [1/2]  eta: 0:00:00  lr: 0.1  img/s: 9.2  loss: 6.8 (6.9)  "
+          "acc1: 0.0 (0.0)  acc5: 0.0 (0.0)  time: 1.0  data: 0.1000 (0.1500)"),
+    (6.1, "Epoch: [0] Total time: 0:00:03"),
+    (7.0, "Test:   [0/1]  eta: 0:00:00  loss: 6.9 (6.9)  acc1: 0.0 (0.0)  acc5: 50.0 (50.0)"),
+    (7.1, "Test:  Total time: 0:00:00"),
+    (7.5, "Test:  Acc@1 0.000 Acc@5 50.000"),
+    (8.5, "Epoch: [1]  [0/2]  eta: 0:00:01  lr: 0.1  img/s: 8.0  loss: 6.8 (6.8)  "
+          "acc1: 0.0 (0.0)  acc5: 0.0 (0.0)  time: 1.0  data: 0.1000 (0.1000)"),
+    (9.5, "Epoch: [1]  [1/2]  eta: 0:00:00  lr: 0.1  img/s: 8.0  loss: 6.8 (6.8)  "
+          "acc1: 0.0 (0.0)  acc5: 0.0 (0.0)  time: 1.0  data: 0.1000 (0.1000)"),
+    (10.5, "Test:  Acc@1 0.000 Acc@5 50.000"),
+    (11.0, "Training time 0:00:09"),
+]
+
+
 @pytest.mark.parametrize("name,lines,expected", [
     ("pytorch/examples", PEER_LINES, {"start-up and first step": 5.8, "training": 3.4,
                                       "validation": 2.5, "end": 1.3, "steps": 3,
@@ -124,6 +145,10 @@ TIMM_LINES = [
     ("timm defaults", TIMM_LINES, {"start-up and first step": 4.0, "training": 1.0 + 3.0,
                                    "validation": 1.5 + 1.0, "end": 2.5, "steps": 4,
                                    "data wait": 0.347, "epoch training": [3.0]}),
+    # epoch 1 from the end of epoch 0's validation (7.5) to its last step (9.5)
+    ("torchvision reference", TORCHVISION_LINES, {
+        "start-up and first step": 5.0, "training": 1.0 + 2.0, "validation": 1.5 + 1.0,
+        "end": 2.5, "steps": 4, "data wait": None, "epoch training": [2.0]}),
 ])
 def test_bench_e2e_splits_the_wall_time_by_each_scripts_own_lines(name, lines, expected):
     from imagenet_recipes.bench import e2e
@@ -131,6 +156,7 @@ def test_bench_e2e_splits_the_wall_time_by_each_scripts_own_lines(name, lines, e
     split = e2e.phases(lines, 13.0, e2e.output_of(name))
     spans = split.pop("epoch training")
     assert spans == pytest.approx(expected.pop("epoch training"))
+    assert split.pop("data wait") == pytest.approx(expected.pop("data wait"))
     assert split == pytest.approx({"wall": 13.0, **expected})
     assert sum(split[p] for p in e2e.PHASES) == pytest.approx(13.0)
 
@@ -156,7 +182,7 @@ def test_bench_e2e_thread_settings_are_the_fast_command_under_each_setting():
     from imagenet_recipes.bench import e2e
 
     args = Namespace(arch="resnet18", batch_size=32, workers=2, epochs=3, peer=REPO / "main.py",
-                     timm=None, compile=False, threads=True, only=["nd fast"])
+                     timm=None, torchvision=None, compile=False, threads=True, only=["nd fast"])
     named = e2e.contenders(args, gpu=False, fast_amp=True)
     fast = named["nd fast"]
     assert named["nd fast, OMP passive"] == ["OMP_WAIT_POLICY=PASSIVE", *fast]
@@ -176,6 +202,49 @@ def test_bench_e2e_thread_settings_are_the_fast_command_under_each_setting():
     # without --threads, none of them
     args.threads = False
     assert list(e2e.contenders(args, gpu=False, fast_amp=True)) == ["nd fast"]
+
+
+def test_bench_e2e_with_a_gpu_runs_each_gpu_decoding_backend_and_torchvision_with_amp(
+        monkeypatch):
+    from argparse import Namespace
+    from imagenet_recipes.bench import e2e
+
+    args = Namespace(arch="resnet50", batch_size=256, workers=15, epochs=3, peer=None,
+                     timm=REPO / "train.py", torchvision=REPO / "tv" / "train.py",
+                     compile=False, threads=False, only=None)
+    monkeypatch.setattr(e2e, "installed", lambda package: package == "torchcodec")
+    named = e2e.contenders(args, gpu=True, fast_amp=True)
+    assert list(named) == ["timm defaults", "timm fast", "torchvision reference",
+                           "nd defaults", "nd fast", "nd gpu decode"]  # no DALI here
+    fast = named["nd fast"]
+    assert "--data-backend" not in fast  # on a GPU the fast settings keep the default loader
+    assert fast[-4:] == ["--opt-level", "O1", "--amp-dtype", "float16"]
+    assert named["nd gpu decode"] == fast + ["--data-backend", "gpu"]
+    assert named["torchvision reference"][-5:] == ["--print-freq", "1", "--device", "cuda",
+                                                   "--amp"]
+    # torchvision with --amp is compared with ours in half precision; without, with fp32
+    runs = [{"contender": name, "repeat": 0, "wall": 10.0 + i, "epoch training": [4.0]}
+            for i, name in enumerate(named)]
+    commands = {name: e2e._shown(cmd, {"timm": args.timm, e2e.TORCHVISION: args.torchvision})
+                for name, cmd in named.items()}
+    wall = e2e.ratios({"images": {"train": 100}, "runs": runs, "commands": commands})
+    assert wall[("nd fast", e2e.TORCHVISION)] == pytest.approx([12.0 / 14.0])
+    assert wall[("nd gpu decode", e2e.TORCHVISION)] == pytest.approx([12.0 / 15.0])
+    assert wall[("nd gpu decode", "timm fast")] == pytest.approx([11.0 / 15.0])
+    assert ("nd defaults", e2e.TORCHVISION) not in wall
+    without_amp = {**commands, e2e.TORCHVISION: "python train.py --model resnet50"}
+    wall = e2e.ratios({"images": {"train": 100}, "runs": runs, "commands": without_amp})
+    assert ("nd fast", e2e.TORCHVISION) not in wall
+    assert wall[("nd defaults", e2e.TORCHVISION)] == pytest.approx([12.0 / 13.0])
+
+
+def test_bench_e2e_without_any_peer_script_says_what_to_give(capsys):
+    from imagenet_recipes.bench import e2e
+
+    with pytest.raises(SystemExit) as end:
+        e2e.main(["--epochs", "1"])
+    assert end.value.code == 2
+    assert "give --peer, --timm or --torchvision" in capsys.readouterr().err
 
 
 def test_bench_e2e_starts_a_command_with_its_environment_words(tmp_path, monkeypatch):
@@ -230,31 +299,61 @@ for epoch in range(int(args.epochs)):
         print(f"Train: {epoch} [{i:>4d}/2 (50%)]  Loss: 6.89 (6.89)  Data: 0.010 (0.010)")
     print("Test: [   0/0]  Time: 0.068 (0.812)  Loss:   6.968 ( 6.935)")
 """
+STAND_IN_TORCHVISION = r"""
+import argparse, os, time
+assert "PYTHONPATH" not in os.environ, os.environ["PYTHONPATH"]
+p = argparse.ArgumentParser()
+for flag in ("--model", "-b", "-j", "--epochs", "--print-freq", "--device", "--data-path"):
+    p.add_argument(flag)
+p.add_argument("--amp", action="store_true")
+args = p.parse_args()
+assert args.print_freq == "1" and args.device == "cpu"
+assert not args.amp, "its --amp is CUDA's: never on a CPU"
+assert os.path.isdir(os.path.join(args.data_path, "train"))
+for epoch in range(int(args.epochs)):
+    for i in range(2):
+        time.sleep(0.2)
+        print(f"Epoch: [{epoch}]  [{i}/2]  eta: 0:00:00  lr: 0.1  loss: 6.9 (6.9)  "
+              "time: 0.2  data: 0.0100 (0.0100)")
+    print("Test:  Acc@1 25.000 Acc@5 100.000")
+"""
+
+
+def stand_in_peers(folder):
+    """The stand-ins where their projects keep the real scripts: (main.py, timm's train.py,
+    torchvision's references/classification/train.py)."""
+    peer, timm = folder / "main.py", folder / "train.py"
+    torchvision = folder / "vision" / "references" / "classification" / "train.py"
+    torchvision.parent.mkdir(parents=True)
+    for path, text in ((peer, STAND_IN_PEER), (timm, STAND_IN_TIMM),
+                       (torchvision, STAND_IN_TORCHVISION)):
+        path.write_text(text)
+    return peer, timm, torchvision
 
 
 @pytest.mark.slow
 def test_bench_e2e_runs_our_script_against_the_peers_in_turns(tmp_path, tiny_imagefolder):
     from imagenet_recipes.bench import e2e, regenerate
 
-    peer, timm = tmp_path / "main.py", tmp_path / "train.py"
-    peer.write_text(STAND_IN_PEER)
-    timm.write_text(STAND_IN_TIMM)
+    peer, timm, torchvision = stand_in_peers(tmp_path)
     record = tmp_path / "e2e" / "bench_e2e.json"
     # a PYTHONPATH of the tool's caller, which the peers must not get (the stand-ins check)
     # torchvision's mobilenet_v3_small: the peers train at 224 px, where resnet18 spent most of
     # the test's two minutes computing; 1/30 of its operations
     proc = run_tool("e2e", tiny_imagefolder, "--peer", peer, "--timm", timm,
-                    "-a", "mobilenet_v3_small", "-b", "8", "-j", "1", "--epochs", "2",
+                    "--torchvision", torchvision, "-a", "mobilenet_v3_small", "-b", "8", "-j", "1", "--epochs", "2",
                     "--repeats", "2", "--fast-amp", "off", "--json", record, timeout=900,
                     env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     saved = json.loads(record.read_text())
     runs = saved["runs"]
     # in turns: repeat 0 of every contender, then repeat 1
-    names = ("pytorch/examples", "timm defaults", "timm fast", "nd defaults", "nd fast")
+    names = ("pytorch/examples", "timm defaults", "timm fast", "torchvision reference",
+             "nd defaults", "nd fast")
     assert [(r["contender"], r["repeat"]) for r in runs] == [
         (name, repeat) for repeat in (0, 1) for name in names]
-    steps = {"pytorch/examples": 3, "timm defaults": 2, "timm fast": 2}
+    steps = {"pytorch/examples": 3, "timm defaults": 2, "timm fast": 2,
+             "torchvision reference": 2}
     for r in runs:
         assert sum(r[p] for p in e2e.PHASES) == pytest.approx(r["wall"], abs=0.01)
         assert r["steps"] == 2 * steps.get(r["contender"], 64 // 8)
@@ -263,10 +362,13 @@ def test_bench_e2e_runs_our_script_against_the_peers_in_turns(tmp_path, tiny_ima
     assert "--channels-last" in saved["commands"]["timm fast"]
     assert "--data-backend dali-cpu" in saved["commands"]["nd fast"]
     assert "--opt-level" not in saved["commands"]["nd fast"]  # --fast-amp off
-    assert set(saved["sha256"]) == {"pytorch/examples", "timm"}
+    assert saved["commands"]["torchvision reference"].startswith(
+        "python references/classification/train.py --model mobilenet_v3_small")
+    assert set(saved["sha256"]) == {"pytorch/examples", "timm", "torchvision reference"}
     ratios = e2e.ratios(saved)
     assert set(ratios) == {("nd defaults", "pytorch/examples"), ("nd defaults", "timm defaults"),
-                           ("nd fast", "timm fast"), ("nd fast", "pytorch/examples")}
+                           ("nd fast", "timm fast"), ("nd fast", "pytorch/examples"),
+                           ("nd defaults", "torchvision reference")}
     assert all(len(v) == 2 for v in ratios.values())
     assert set(e2e.ratios(saved, steady=True)) == set(ratios)
     # the record alone gives RESULTS.md the same block

@@ -1,11 +1,15 @@
-"""End to end against pytorch/examples and timm: the whole training process, start to exit, on
-the same data, model, batch, loader workers and epochs; where its wall time goes, and the
-training rate once it runs (the steady state that decides a long run's GPU-hours).
+"""End to end against pytorch/examples, timm and torchvision's reference: the whole training
+process, start to exit, on the same data, model, batch, loader workers and epochs; where its wall
+time goes, and the training rate once it runs (the steady state that decides a long run's
+GPU-hours).
 
     # The peers' scripts are fetched by you; they are never kept in this repository:
     curl -LO https://raw.githubusercontent.com/pytorch/examples/main/imagenet/main.py
     curl -LO https://raw.githubusercontent.com/huggingface/pytorch-image-models/main/train.py
+    git clone --depth 1 https://github.com/pytorch/vision   # references/classification/train.py
     python -m imagenet_recipes.bench.e2e --peer main.py --timm train.py       # generated JPEGs
+    python -m imagenet_recipes.bench.e2e --timm train.py \
+        --torchvision vision/references/classification/train.py
     python -m imagenet_recipes.bench.e2e --peer main.py --timm train.py /data/imagenet-subset \
         --repeats 5
     python -m imagenet_recipes.bench.e2e --peer main.py --timm train.py \
@@ -29,13 +33,23 @@ PYTHONPATH of the tool's caller is taken out of their environment.
                      and bicubic resizing (bilinear, and torchvision's 0.875 centre crop)
   timm fast          the same plus --channels-last and, where the fast settings use autocast,
                      --amp --amp-dtype (float16 on a GPU, bfloat16 on a CPU)
+  torchvision reference
+                     python train.py --model ARCH -b B -j J --epochs E --print-freq 1
+                     --device cuda|cpu --data-path DATA (references/classification, with the
+                     modules beside it), plus --amp on a GPU where the fast settings use
+                     autocast (its --amp is CUDA's float16); its checkpoints go to a scratch
+                     folder
   nd defaults        python train/nd.py with the same options: fp32, the pytorch backend (and
                      channels_last on a CPU at 224 px, which is the default there)
-  nd fast            the same plus --channels-last, DALI (dali-cpu without a GPU, dali-gpu with
-                     one) and O1 autocast: float16 on a GPU; bfloat16 on a CPU where a short
+  nd fast            the same plus --channels-last and, without a GPU, dali-cpu; and O1
+                     autocast: float16 on a GPU; bfloat16 on a CPU where a short
                      probe (a few training steps of the model each way) finds it faster than
                      fp32, else fp32: emulated bf16 (no AVX512-BF16) is ~25x slower, and even
                      AVX512-BF16 without AMX can lose to fp32; the record keeps the probe
+  nd gpu decode      (with a GPU, where torchcodec is installed) nd fast with
+                     --data-backend gpu: nvJPEG decoding and the crops on the GPU
+  nd dali-gpu        (with a GPU, where nvidia.dali is installed) nd fast with
+                     --data-backend dali-gpu
   nd fast compiled   (--compile) the same plus --compile: what torch.compile costs at start-up
                      and gains per epoch, so from how many epochs it pays
   nd fast, ...       (--threads) the same under the thread settings a user might try on a CPU,
@@ -52,7 +66,8 @@ training step (-p 1, --log-interval 1) and one at the end of each validation pas
 stamps each line as it arrives and splits the wall time into: start-up and first step
 (imports, model, loaders, the first batch), training (the remaining steps), validation, and the
 end (checkpoint, logs, process exit). Data wait is what each script reports itself waiting for
-its loader. The steady state is the training rate of epochs 2 and later (from the end of the
+its loader (torchvision's reference prints a running median instead, so its column is empty).
+The steady state is the training rate of epochs 2 and later (from the end of the
 previous validation to the last step of the epoch: the loader's restart counts, as it does
 every epoch of a long run): run with --epochs 3 or more for it.
 
@@ -83,12 +98,17 @@ from imagenet_recipes.bench.render import render
 
 PEER = "pytorch/examples"
 TIMM = "timm"
+TORCHVISION = "torchvision reference"
 PHASES = ("start-up and first step", "training", "validation", "end")
 ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 SETTING = "nd fast, "  # --threads: "nd fast, <setting>", each compared with "nd fast"
-# (ours, theirs): the comparisons the tables report, where both ran
+# ours with a GPU: the fast settings on each data backend that decodes JPEGs on it too
+GPU_DECODING = {"nd gpu decode": ("gpu", "torchcodec"), "nd dali-gpu": ("dali-gpu", "nvidia.dali")}
+# (ours, theirs): the comparisons the tables report, where both ran (and comparisons() adds
+# torchvision's reference)
 COMPARISONS = [("nd defaults", PEER), ("nd defaults", "timm defaults"),
                ("nd fast", "timm fast"), ("nd fast", PEER), ("nd fast compiled", "nd fast")]
+COMPARISONS += [(ours, "timm fast") for ours in GPU_DECODING]
 
 
 def thread_settings(workers: int) -> Dict[str, tuple]:
@@ -108,7 +128,8 @@ class Output:
     """How a contender's printed lines say what it is doing."""
     train_step: str   # a line printed after each training step (-p 1); group `epoch`
     val_end: str      # the line printed when a validation pass is complete
-    data_wait: str    # group 1: this step's data wait in seconds, on a train_step line
+    data_wait: Optional[str]  # group 1: this step's data wait in seconds, on a train_step
+    #                           line (None: the script does not print it per step)
 
 
 OUTPUTS = {
@@ -119,6 +140,9 @@ OUTPUTS = {
     # (timm numbers the steps from 0, so the last validation batch is "[ N/N]")
     TIMM: Output(r"^Train: (?P<epoch>\d+) \[\s*\d+/\d+", r"^Test: \[\s*(\d+)/\1\]",
                  r"  Data: ([\d.]+) \("),
+    # "Epoch: [0]  [ 3/13]  eta: 0:00:09  lr: 0.1  img/s: 61.2  loss: 6.9 (6.9)  ...  data:
+    # 0.0012 (0.0345)" (the median of the last 20 steps); "Test:  Acc@1 0.000 Acc@5 50.000"
+    TORCHVISION: Output(r"^Epoch: \[(?P<epoch>\d+)\]\s+\[\s*\d+/\d+\]", r"^Test:\s+Acc@1", None),
     # "... Epoch [0][ 3/12]  loss ... data 0.017s  step 2.040s ..."; "... * Val epoch 0: ..."
     "ours": Output(r"  Epoch \[(?P<epoch>\d+)\]\[\s*\d+/\d+\]", r" \* Val epoch \d+:",
                    r" data ([\d.]+)s "),
@@ -126,8 +150,8 @@ OUTPUTS = {
 
 
 def output_of(contender: str) -> Output:
-    if contender == PEER:
-        return OUTPUTS[PEER]
+    if contender in (PEER, TORCHVISION):
+        return OUTPUTS[contender]
     return OUTPUTS[TIMM] if contender.startswith(TIMM) else OUTPUTS["ours"]
 
 
@@ -141,7 +165,7 @@ def phases(stamped: Sequence[tuple], wall: float, output: Output) -> Dict[str, o
     training step."""
     train = re.compile(output.train_step)
     val = re.compile(output.val_end)
-    data = re.compile(output.data_wait)
+    data = re.compile(output.data_wait) if output.data_wait else None
     first_step = last_step = None
     steps, validation, data_wait, last_val = 0, 0.0, 0.0, None
     last_step_of: Dict[int, float] = {}  # epoch -> its last training step's time
@@ -152,7 +176,7 @@ def phases(stamped: Sequence[tuple], wall: float, output: Output) -> Dict[str, o
             steps += 1
             first_step = t if first_step is None else first_step
             last_step = last_step_of[int(found.group("epoch"))] = t
-            wait = data.search(line)
+            wait = data.search(line) if data else None
             data_wait += float(wait.group(1)) if wait else 0.0
         elif val.search(line) and last_step is not None:
             validation += t - max(last_step, last_val or 0.0)
@@ -165,7 +189,7 @@ def phases(stamped: Sequence[tuple], wall: float, output: Output) -> Dict[str, o
                       if e - 1 in val_end_after]
     return {"wall": wall, "start-up and first step": first_step,
             "training": wall - first_step - validation - end, "validation": validation,
-            "end": end, "steps": steps, "data wait": data_wait,
+            "end": end, "steps": steps, "data wait": data_wait if data else None,
             "epoch training": epoch_training}
 
 
@@ -223,12 +247,16 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
     common = ["-a", args.arch, "-b", str(args.batch_size), "-j", str(args.workers),
               "--epochs", str(args.epochs), "-p", "1"]
     nd = [sys.executable, str(REPO / "train/nd.py"), *common]
-    fast = ["--channels-last", "--data-backend", "dali-gpu" if gpu else "dali-cpu"]
+    # on a GPU the fast settings keep the default loader; its GPU-decoding backends are
+    # contenders of their own (GPU_DECODING)
+    fast = ["--channels-last"] + ([] if gpu else ["--data-backend", "dali-cpu"])
     amp_dtype = "float16" if gpu else "bfloat16"
     if fast_amp:
         fast += ["--opt-level", "O1", "--amp-dtype", amp_dtype]
-    named = {PEER: [sys.executable, str(args.peer.resolve()), *common]
-             + ([] if gpu else ["--no-accel"])}
+    named = {}
+    if args.peer:
+        named[PEER] = ([sys.executable, str(args.peer.resolve()), *common]
+                       + ([] if gpu else ["--no-accel"]))
     if args.timm:
         timm = [sys.executable, str(args.timm.resolve()), "--model", args.arch,
                 "-b", str(args.batch_size), "-j", str(args.workers), "--epochs", str(args.epochs),
@@ -240,8 +268,18 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
         named["timm defaults"] = timm
         named["timm fast"] = timm + ["--channels-last"] + (
             ["--amp", "--amp-dtype", amp_dtype] if fast_amp else [])
+    if args.torchvision:
+        named[TORCHVISION] = [
+            sys.executable, str(args.torchvision.resolve()), "--model", args.arch,
+            "-b", str(args.batch_size), "-j", str(args.workers), "--epochs", str(args.epochs),
+            "--print-freq", "1", "--device", "cuda" if gpu else "cpu"] + (
+            ["--amp"] if gpu and fast_amp else [])
     named["nd defaults"] = nd
     named["nd fast"] = nd + fast
+    if gpu:
+        for name, (backend, package) in GPU_DECODING.items():
+            if installed(package):
+                named[name] = nd + fast + ["--data-backend", backend]
     if args.compile:
         named["nd fast compiled"] = nd + fast + ["--compile"]
     if args.threads:
@@ -252,12 +290,23 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
             if not args.only or any(name.startswith(prefix) for prefix in args.only)}
 
 
+def installed(package: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 def data_arguments(name: str, data: Path, scratch: Path) -> List[str]:
     """Where each contender is told its data (and ours, its run folder)."""
     if name == PEER:
         return [str(data)]
     if name.startswith(TIMM):
         return ["--data-dir", str(data)]
+    if name == TORCHVISION:
+        return ["--data-path", str(data)]
     return ["--logdir", str(scratch / "runs"), str(data)]
 
 
@@ -270,8 +319,8 @@ def measure(commands: Dict[str, List[str]], data: Path, repeats: int, scratch: P
             wall, stamped = run_stamped(command + data_arguments(name, data, cwd), cwd)
             split = phases(stamped, wall, output_of(name))
             runs.append({"contender": name, "repeat": repeat,
-                         **{k: [round(x, 3) for x in v] if isinstance(v, list) else round(v, 3)
-                            for k, v in split.items()}})
+                         **{k: [round(x, 3) for x in v] if isinstance(v, list) else
+                            None if v is None else round(v, 3) for k, v in split.items()}})
             print(f"{name:18s} repeat {repeat}: {wall:6.1f} s  ("
                   + ", ".join(f"{p} {split[p]:.1f}" for p in PHASES)
                   + (f"; epochs 2+: {sum(split['epoch training']):.1f}"
@@ -286,6 +335,20 @@ def steady_img_s(run: dict, train_images: int) -> Optional[float]:
     return train_images * len(spans) / sum(spans) if spans else None
 
 
+def comparisons(record: dict) -> List[tuple]:
+    """(ours, theirs) pairs of the record: COMPARISONS, the thread settings against the fast
+    settings as they are, and torchvision's reference against ours in its own precision (with
+    --amp: the fast settings and each GPU-decoding backend; without: the defaults)."""
+    settings = dict.fromkeys(r["contender"] for r in record["runs"]  # in the order they ran
+                             if r["contender"].startswith(SETTING))
+    pairs = COMPARISONS + [(name, "nd fast") for name in settings]
+    if " --amp" in record.get("commands", {}).get(TORCHVISION, ""):
+        pairs += [(ours, TORCHVISION) for ours in ("nd fast", *GPU_DECODING)]
+    else:
+        pairs.append(("nd defaults", TORCHVISION))
+    return pairs
+
+
 def ratios(record: dict, steady: bool = False) -> Dict[tuple, List[float]]:
     """(ours, theirs) -> theirs' time over ours, repeat by repeat (above 1: ours is faster):
     wall time, or with `steady` the inverse ratio of the steady-state training rates."""
@@ -296,10 +359,8 @@ def ratios(record: dict, steady: bool = False) -> Dict[tuple, List[float]]:
         return run["wall"]
 
     by = {(r["contender"], r["repeat"]): value(r) for r in record["runs"]}
-    settings = dict.fromkeys(r["contender"] for r in record["runs"]  # in the order they ran
-                             if r["contender"].startswith(SETTING))
     out: Dict[tuple, List[float]] = {}
-    for ours, theirs in COMPARISONS + [(name, "nd fast") for name in settings]:
+    for ours, theirs in comparisons(record):
         for repeat in sorted({r["repeat"] for r in record["runs"]}):
             a, b = by.get((ours, repeat)), by.get((theirs, repeat))
             if a and b:
@@ -317,8 +378,10 @@ def table(record: dict, source: str = "results/e2e/bench_e2e.json") -> str:
     for name, runs in by_name.items():
         col = lambda key: [r[key] for r in runs]  # noqa: E731
         rates = [rate for rate in (steady_img_s(r, train_images) for r in runs) if rate]
+        waits = [wait for wait in col("data wait") if wait is not None]
         rows.append([name, spread(col("wall"), ".1f"), spread(rates, ".1f"),
-                     *[spread(col(p), ".1f") for p in PHASES], spread(col("data wait"), ".1f"),
+                     *[spread(col(p), ".1f") for p in PHASES],
+                     spread(waits, ".1f") if waits else "-",
                      f"{statistics.median(col('steps')):.0f}"])
     wall, steady = ratios(record), ratios(record, steady=True)
     comparisons = [[ours, theirs, f"**{spread(wall[(ours, theirs)], '.2f')}x**",
@@ -345,10 +408,17 @@ def isa_limit() -> str:
     return " ".join(f"{name}={os.environ[name]}" for name in ISA_VARIABLES if name in os.environ)
 
 
+def shown_script(path: Path) -> str:
+    """A peer's script as its project names it: its file name, with torchvision's reference
+    folder (timm's script has the same name)."""
+    folder = ("references", "classification")
+    return "/".join(path.parts[-3:]) if path.parts[-3:-1] == folder else path.name
+
+
 def _shown(command: List[str], scripts: Dict[str, Path]) -> str:
     """A contender's command as a user types it (repository-relative, the peers' scripts by
     their file name, no interpreter path)."""
-    named = {str(path.resolve()): path.name for path in scripts.values()}
+    named = {str(path.resolve()): shown_script(path) for path in scripts.values()}
     python = command.index(sys.executable)
     words = [named.get(w) or (os.path.relpath(w, REPO) if w.startswith(str(REPO)) else w)
              for w in command[python + 1:]]
@@ -360,11 +430,14 @@ def main(argv=None) -> None:
     parser.add_argument("data", nargs="?", type=Path,
                         help="ImageFolder root with train/ and val/ (default: generate 10 "
                              "classes x (--train-per-class + --val-per-class) JPEGs, 350-500 px)")
-    parser.add_argument("--peer", type=Path, required=True,
+    parser.add_argument("--peer", type=Path,
                         help="pytorch/examples' imagenet/main.py, fetched by you")
     parser.add_argument("--timm", type=Path,
                         help="timm's train.py (pytorch-image-models), fetched by you, for the "
                              "timm contenders; it needs the timm package (requirements.txt)")
+    parser.add_argument("--torchvision", type=Path,
+                        help="torchvision's references/classification/train.py, fetched by you "
+                             "with the modules beside it (a clone of pytorch/vision)")
     parser.add_argument("-a", "--arch", default="resnet18")
     parser.add_argument("-b", "--batch-size", type=int, default=32)
     parser.add_argument("-j", "--workers", type=int, default=2)
@@ -385,12 +458,16 @@ def main(argv=None) -> None:
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/e2e/)")
     args = parser.parse_args(argv)
-    if not args.peer.is_file():
-        parser.error(f"--peer {args.peer}: no such file (fetch pytorch/examples' "
-                     "imagenet/main.py first; see this tool's --help)")
-    if args.timm and not args.timm.is_file():
-        parser.error(f"--timm {args.timm}: no such file (fetch timm's train.py first; see this "
-                     "tool's --help)")
+    fetched = {"peer": "pytorch/examples' imagenet/main.py", "timm": "timm's train.py",
+               "torchvision": "torchvision's references/classification/train.py"}
+    if not any(getattr(args, name) for name in fetched):
+        parser.error("no peer to compare with: give --peer, --timm or --torchvision (the peers' "
+                     "scripts, fetched by you; see this tool's --help)")
+    for name, what in fetched.items():
+        path = getattr(args, name)
+        if path and not path.is_file():
+            parser.error(f"--{name} {path}: no such file (fetch {what} first; see this tool's "
+                         "--help)")
 
     import torch  # after the argument check: a usage error should not wait for torch
     gpu = torch.cuda.is_available()
@@ -399,7 +476,8 @@ def main(argv=None) -> None:
         print(f"fast settings: {probe}", flush=True)
     else:
         fast_amp, probe = args.fast_amp != "off", f"--fast-amp {args.fast_amp}"
-    scripts = {PEER: args.peer, **({TIMM: args.timm} if args.timm else {})}
+    scripts = {name: path for name, path in ((PEER, args.peer), (TIMM, args.timm),
+                                             (TORCHVISION, args.torchvision)) if path}
     with tempfile.TemporaryDirectory(prefix="bench_e2e_") as tmp:
         scratch = Path(tmp)
         if args.data:
@@ -415,7 +493,7 @@ def main(argv=None) -> None:
 
     given = argv if argv is not None else sys.argv[1:]
     # the peers' scripts as the file names a user fetches, not where this machine keeps them
-    shown = {str(path): path.name for path in scripts.values()}
+    shown = {str(path): shown_script(path) for path in scripts.values()}
     given = [shown.get(arg, arg) for arg in map(str, given)]
     held = isa_limit()
     record = {"command": " ".join(filter(None, [held, "launch/env.sh",

@@ -4,11 +4,13 @@
     launch/env.sh python -m imagenet_recipes.bench.gpu --group loop    --json runs/bench_gpu/loop.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --group compile --json runs/bench_gpu/compile.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --group scripts --json runs/bench_gpu/scripts.json
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group peers --timm train.py \
+        --torchvision vision/references/classification/train.py --json runs/bench_gpu/peers.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --device cpu -a resnet18 --image-size 32 -b 4 --steps 2 \\
         --warmup 1 --repeats 2 --amp-dtype bfloat16 --only O1-bf16,ddp-1rank   # the tool, on a CPU
 
 Each group is meant to fit one 10-minute call on one H100 (a GPU machine's limit per command):
-by estimate about 2, 4 and 3 minutes, not yet timed on a GPU; the three together measure every
+by estimate about 2, 4, 3 and 6 minutes, not yet timed on a GPU; the four together measure every
 row. A unit is one measurement and gives one or two rows; --only names units (--group and --only
 together: both sets), and a unit whose targets compare with another unit's rows brings that
 unit along, so every target of a record is judged within it.
@@ -23,6 +25,14 @@ unit along, so every target of a record is judged within it.
            torchrun with one process (NCCL on a GPU, gloo on a CPU); train/nd.py on generated
            JPEGs with the pytorch loader; the same with --data-backend gpu (TorchCodec's
            nvJPEG, when torchcodec is installed) and with dali-gpu (when nvidia.dali is).
+  peers    this project against timm's train.py and torchvision's reference train.py, end to
+           end on the same generated JPEGs, GPU, model, batch, loader workers and epochs, in
+           turns: bench.e2e's contenders nd fast (O1 float16, channels_last, the default
+           loader), nd gpu decode and nd dali-gpu (where installed), timm fast (--amp
+           --channels-last) and torchvision reference (--amp). The peers' scripts are
+           fetched by you (--timm, --torchvision; bench.e2e's --help says from where); a
+           peer not given is not run. img/s: the steady state (epochs 2 and later); the
+           targets compare whole runs, start to exit.
 
 img/s: pairs, the median of --repeats rounds of --steps steps after --warmup steps; nd and DDP,
 the median of --repeats log intervals of --steps steps after the warm-up interval(s); loaders,
@@ -32,7 +42,9 @@ window at most. Peak memory is torch.cuda.max_memory_allocated (for pairs: each 
 alone, see imagenet_recipes/bench/bare_loop.py); none on a CPU.
 
 Targets (ResNet-50, one H100): engine O1 float16 >= 3,000 img/s; engine / bare >= 0.97 (each
-pair); O2 >= O1 (engine, same half type); DALI GPU >= 0.85 x synthetic (within 15 %). A missed
+pair); O2 >= O1 (engine, same half type); DALI GPU >= 0.85 x synthetic (within 15 %); each of
+our peers rows end to end >= 1.10x timm's train.py and torchvision's reference (their wall time
+over ours, median of the repeats). A missed
 target is marked in the output and the record; --strict makes it exit 1.
 
 The record (--json) is rewritten after every unit, so a run killed at a time limit keeps the
@@ -72,10 +84,16 @@ from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85,
-           "gpu_decode_synthetic": 0.95}
+           "gpu_decode_synthetic": 0.95, "vs_timm": 1.10, "vs_torchvision": 1.10}
 TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
                "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}",
-               "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}"}
+               "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}",
+               "vs_timm": "timm's time/ours end to end >= {:g}",
+               "vs_torchvision": "torchvision reference's time/ours end to end >= {:g}"}
+# The peers unit's rows: bench.e2e's contender -> row
+PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
+             "nd dali-gpu": "peers-nd-dali-gpu", "timm fast": "peers-timm",
+             "torchvision reference": "peers-torchvision"}
 # The loader rows count over this many intervals of (workers x prefetch_factor) batches.
 LOADER_WINDOW = 10
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
@@ -115,6 +133,9 @@ def _units() -> Dict[str, Unit]:
         Unit("dali-gpu", "scripts", ("dali-gpu",),
              "train/nd.py on generated JPEGs, --data-backend dali-gpu (when installed)",
              needs=("nd-synthetic",)),
+        Unit("peers", "peers", tuple(PEER_ROWS.values()),
+             "bench.e2e: train/nd.py against timm's and torchvision's train.py on the same "
+             "generated JPEGs"),
     ]
     return {u.name: u for u in units}
 
@@ -175,6 +196,21 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="seconds an entry script's run may take (default: %(default)s)")
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
                    "(default: git's)")
+    peers = p.add_argument_group("peers (bench.e2e)")
+    peers.add_argument("--timm", type=Path, help="timm's train.py, fetched by you")
+    peers.add_argument("--torchvision", type=Path,
+                       help="torchvision's references/classification/train.py, fetched by you "
+                            "with the modules beside it")
+    peers.add_argument("--peers-data", type=Path,
+                       help="an ImageFolder root with train/ and val/ (default: bench.e2e "
+                            "generates 10 classes x (--peers-train-per-class + 50) JPEGs)")
+    peers.add_argument("--peers-train-per-class", type=int, default=800,
+                       help="(default: %(default)s)")
+    peers.add_argument("--peers-epochs", type=int, default=3,
+                       help="3 or more gives the steady state (default: %(default)s)")
+    peers.add_argument("--peers-repeats", type=int, default=2, help="(default: %(default)s)")
+    peers.add_argument("--peers-timeout", type=float, default=540,
+                       help="seconds the whole comparison may take (default: %(default)s)")
     args = p.parse_args(argv)
     from imagenet_recipes.bench import bare_loop as loop  # torch, like every measurement after the parse
 
@@ -330,6 +366,8 @@ def reference_of(row: str) -> Optional[str]:
         return "bare-" + row[len("engine-"):]
     if row in ("ddp-1rank", "pytorch-loader", "gpu-decode", "dali-gpu"):
         return "nd-synthetic"
+    if row.startswith("peers-nd-"):
+        return "peers-timm"
     return None
 
 
@@ -348,6 +386,10 @@ def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
         specs.append(("dali_synthetic", row["ratio"]))
     if name == "gpu-decode":
         specs.append(("gpu_decode_synthetic", row["ratio"]))
+    if name.startswith("peers-nd-"):
+        end_to_end = row["detail"]["end_to_end"]
+        specs += [("vs_timm", end_to_end.get("timm fast")),
+                  ("vs_torchvision", end_to_end.get("torchvision reference"))]
     return specs
 
 
@@ -579,6 +621,72 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
                     warmup_batches=warm * per, window_batches=counted, data=str(data))]
 
 
+# --- the peers: bench.e2e -----------------------------------------------------------------------
+def measure_peers(ctx: Context, unit: Unit) -> List[dict]:
+    """bench.e2e as its own process (its contenders in turns, each started as a user starts
+    it), then its record turned into rows: steady-state img/s, and for ours the end-to-end
+    ratios against each peer (their wall time over ours, median of the repeats)."""
+    args = ctx.args
+    scripts = [(flag, path) for flag, path in (("--timm", args.timm),
+                                                ("--torchvision", args.torchvision)) if path]
+    if not scripts:
+        raise Skip("no peer script given (--timm, --torchvision)")
+    record_path = ctx.out / "peers.json"
+    cmd = [sys.executable, "-m", "imagenet_recipes.bench.e2e",
+           *([str(args.peers_data)] if args.peers_data else []),
+           *[str(w) for flag, path in scripts for w in (flag, path.resolve())],
+           "-a", args.arch, "-b", str(args.batch_size), "-j", str(loader_workers(args)),
+           "--epochs", str(args.peers_epochs), "--repeats", str(args.peers_repeats),
+           "--train-per-class", str(args.peers_train_per_class), "--val-per-class", "50",
+           "--fast-amp", "on" if args.device == "cuda" else "off",
+           "--json", str(record_path), "--only", *PEER_ROWS]
+    # --device cpu on a machine with a GPU: the contenders see none, as on a CPU machine
+    env = {**os.environ, **({} if args.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})}
+    console = ctx.out / "peers.console.txt"
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    print(f"$ {' '.join(cmd)}", flush=True)
+    with open(console, "w") as output:
+        code = CHILDREN.run(cmd, args.peers_timeout, cwd=REPO, env=env, stdout=output,
+                            stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = [line for line in console.read_text(errors="replace").splitlines()
+                if line.strip()][-3:]
+        raise Failure(f"bench.e2e exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
+    return peer_rows(json.loads(record_path.read_text()), unit)
+
+
+def peer_rows(record: dict, unit: Unit) -> List[dict]:
+    """bench.e2e's record -> the peers unit's rows, one per contender (one it did not run:
+    skipped, saying why)."""
+    from imagenet_recipes.bench import e2e
+
+    train_images = record["images"]["train"]
+    wall = e2e.ratios(record)
+    steady = e2e.ratios(record, steady=True)
+    cfg = record["config"]
+    rows = []
+    for contender, row_name in PEER_ROWS.items():
+        runs = [r for r in record["runs"] if r["contender"] == contender]
+        rates = [rate for rate in (e2e.steady_img_s(r, train_images) for r in runs) if rate]
+        if not rates:
+            why = ("not run: " + ("its script was not given" if not contender.startswith("nd")
+                                  else "its data backend is not installed here"))
+            rows.append(dict(new_row(row_name, unit.name, contender), status="skipped",
+                             note=why))
+            continue
+        config = (f"{record['commands'][contender]}: {cfg['epochs']} epochs of "
+                  f"{train_images} generated JPEGs, {cfg['workers']} loader workers")
+        mine = {theirs: statistics.median(v) for (ours, theirs), v in wall.items()
+                if ours == contender}
+        rows.append(new_row(
+            row_name, unit.name, config, statistics.median(rates), rates,
+            reference=reference_of(row_name),
+            wall_s=statistics.median(r["wall"] for r in runs), end_to_end=mine,
+            steady_vs={theirs: statistics.median(v) for (ours, theirs), v in steady.items()
+                       if ours == contender}))
+    return rows
+
+
 # --- running ------------------------------------------------------------------------------------
 def measure(ctx: Context, unit: Unit) -> List[dict]:
     args = ctx.args
@@ -591,6 +699,8 @@ def measure(ctx: Context, unit: Unit) -> List[dict]:
         return measure_synthetic(ctx, unit, "nd")
     if unit.name == "ddp-1rank":
         return measure_synthetic(ctx, unit, "ddp")
+    if unit.name == "peers":
+        return measure_peers(ctx, unit)
     return measure_loader(ctx, unit, LOADER_BACKEND[unit.name])
 
 
