@@ -15,8 +15,7 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, REPO, TINY, add_damaged_files, jpeg_bytes,
-                      proc_stat, read_jsonl, records, run_script, start_script)
-from imagenet_recipes.strategies import free_port
+                      proc_stat, read_jsonl, records, run_script, start_script, unused_port)
 
 
 def _weights(path):
@@ -222,7 +221,7 @@ def test_the_loader_workers_fork_server_outlives_the_stop_signals():
 # --- dead, hung and missing peers ----------------------------------------------------------------
 def _start_ranks(ranks, world: int, args, tmp_path):
     """Ranks of a DDP run started by hand (no torchrun, so nothing restarts or kills them)."""
-    port = str(free_port())
+    port = str(unused_port())
     return [start_script("ddp.py", args + ["--logdir", tmp_path, "--run-name", "job"],
                          env={"RANK": str(rank), "WORLD_SIZE": str(world),
                               "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
@@ -388,7 +387,7 @@ threading.Event().wait()  # rank 0: blocked until its process is ended
 
 @pytest.mark.slow
 def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
-    port = str(free_port())
+    port = str(unused_port())
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": port, "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
     ranks = [subprocess.Popen([sys.executable, "-c", _BLOCKED_RANK], stdout=subprocess.PIPE,
@@ -446,7 +445,7 @@ strategy.end_failed_process(1)
 @pytest.mark.slow
 def test_a_rank_ending_after_a_peer_failure_exits_1_not_aborted():
     proc = subprocess.Popen([sys.executable, "-c", _RANK_ENDING_AFTER_A_FAILURE,
-                             str(free_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             str(unused_port())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=REPO)
     first = proc.stdout.readline()
     if not first.startswith("host "):

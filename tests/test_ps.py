@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, REPO, RESNET18, TINY, TRAIN, _env, records, run_script,
-                      traced, traced_samples)
+                      traced, traced_samples, unused_port)
 
 from imagenet_recipes.data import ShardedSampler
 from imagenet_recipes.ps.config import PSConfig
 from imagenet_recipes.ps.state_service import EsyncStateService
 from imagenet_recipes.ps.update_rules import esync_local_optimizer
 from imagenet_recipes.ps.worker import worker_shard
-from imagenet_recipes.strategies import free_port
 
 STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
 # Settings under which async and esync learn the tiny set within 3 epochs (momentum 0.9 with
@@ -182,7 +181,7 @@ def _start_ranks(args, world, tmp_path, trace_dir=None, sample_delay_s=0.0):
     """The ranks as separate processes, as srun would start them (no torchrun agent that
     would stop everyone when one exits); with `trace_dir`, their samples traced (and each
     handed out `sample_delay_s` late)."""
-    port = free_port()
+    port = unused_port()
     script, env = ([str(TRAIN / "ps.py")], _env()) if trace_dir is None else traced(
         "ps.py", trace_dir, sample_delay_s)
     procs = []

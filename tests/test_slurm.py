@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Optional
 import pytest
 import torch
 
-from conftest import REPO, TINY, read_jsonl, records
+from conftest import REPO, TINY, read_jsonl, records, unused_port
 
 # Every test here starts real processes; all of them share one local cluster (the module's
 # fixture), so under launch/test.sh's two workers they run on the same one.
@@ -28,27 +27,11 @@ MULTI_NODE = REPO / "launch" / "slurm" / "ddp_amp_multi_node.sbatch"
 JOB_TIMEOUT = 300  # seconds; a tiny job takes 30-80 s on 2 busy cores
 
 
-def _free_ports(count: int) -> int:
-    """A port P with P .. P+count-1 free (slurmctld, then one slurmd per node)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            for other in range(port + 1, port + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", other))
-            return port
-        except (OSError, OverflowError):
-            continue
-    raise RuntimeError(f"no {count} consecutive free ports")
-
-
 class Cluster:
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
         self.env = {**os.environ, "LOCAL_SLURM_DIR": str(state_dir),
-                    "LOCAL_SLURM_PORT": str(_free_ports(3)),
+                    "LOCAL_SLURM_PORT": str(unused_port(3)),
                     "LOCAL_SLURM_NODES": "2",  # node1 and node2, two slurmds
                     "LOCAL_SLURM_CPUS": "2",  # per node: the scripts' default is 2 processes
                     "SLURM_CONF": str(state_dir / "slurm.conf"),

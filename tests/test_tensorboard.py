@@ -13,8 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, TINY, records, run_script
-from imagenet_recipes.strategies import free_port
+from conftest import REPO, TINY, records, run_script, unused_port
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -81,7 +80,7 @@ def _get(url: str, data: bytes = None):
 
 
 def test_a_real_tensorboard_server_serves_scalars_text_and_hparams(runs):
-    port = free_port()
+    port = unused_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--logdir", str(runs), "--host", "127.0.0.1",
          "--port", str(port), "--load_fast", "false", "--reload_interval", "1"],
