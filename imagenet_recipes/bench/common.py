@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -281,6 +282,15 @@ def measure_or_report(parser: argparse.ArgumentParser, argv: Optional[Sequence[s
 
 
 # --- this machine --------------------------------------------------------------------------------
+def installed(package: str) -> bool:
+    """Whether `package` (dotted names too, e.g. nvidia.dali) can be imported, without
+    importing it."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
 def cpu_name() -> str:
     return importlib.import_module("imagenet_recipes.machine").cpu_model()
 

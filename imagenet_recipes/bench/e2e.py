@@ -91,8 +91,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from imagenet_recipes.bench.common import (REPO, emulated_bf16, git_commit, machine, shown_command, spread,
-                          shown_commit)
+from imagenet_recipes.bench.common import (REPO, emulated_bf16, git_commit, installed, machine,
+                                           shown_command, spread, shown_commit)
 from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 from imagenet_recipes.bench.render import render
 
@@ -288,15 +288,6 @@ def contenders(args, gpu: bool, fast_amp: bool) -> Dict[str, List[str]]:
             named[SETTING + setting] = env + nd[:j] + [str(workers)] + nd[j + 1:] + fast
     return {name: cmd for name, cmd in named.items()
             if not args.only or any(name.startswith(prefix) for prefix in args.only)}
-
-
-def installed(package: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(package) is not None
-    except ModuleNotFoundError:  # its parent package is missing
-        return False
 
 
 def data_arguments(name: str, data: Path, scratch: Path) -> List[str]:

@@ -64,7 +64,6 @@ import argparse
 import atexit
 import datetime
 import gc
-import importlib.util
 import json
 import math
 import os
@@ -79,7 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from imagenet_recipes.bench.common import REPO, shown_command, shown_commit
+from imagenet_recipes.bench.common import REPO, installed, shown_command, shown_commit
 from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
@@ -473,6 +472,22 @@ class Context:
         self.runs = out / "runs"
 
 
+def run_logged(ctx: Context, name: str, what: str, cmd: List[str], timeout: float,
+               env: Dict[str, str]) -> None:
+    """`cmd` from the repository root, its output into <out>/<name>.console.txt; a non-zero
+    exit fails the unit with the output's last lines."""
+    console = ctx.out / f"{name}.console.txt"
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    print(f"$ {' '.join(cmd)}", flush=True)
+    with open(console, "w") as output:
+        code = CHILDREN.run(cmd, timeout, cwd=REPO, env=env, stdout=output,
+                            stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = [line for line in console.read_text(errors="replace").splitlines()
+                if line.strip()][-3:]
+        raise Failure(f"{what} exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
+
+
 def run_entry(ctx: Context, name: str, entry: str, flags: List[str]) -> tuple:
     """An entry script run as a user runs it (torchrun with one process for DDP), through
     bench.gpu_entry for its peak memory. -> (its log records by kind, peak bytes or None)."""
@@ -487,17 +502,8 @@ def run_entry(ctx: Context, name: str, entry: str, flags: List[str]) -> tuple:
                "--nproc_per_node=1", *wrapped]
     cmd += [*flags, "--logdir", str(ctx.runs), "--run-name", name]
     peak_file = ctx.out / f"{name}.peak"
-    env = {**os.environ, "BENCH_GPU_PEAK": str(peak_file)}
-    console = ctx.out / f"{name}.console.txt"
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    print(f"$ {' '.join(cmd)}", flush=True)
-    with open(console, "w") as output:
-        code = CHILDREN.run(cmd, ctx.args.row_timeout, cwd=REPO, env=env, stdout=output,
-                            stderr=subprocess.STDOUT)
-    if code != 0:
-        tail = [line for line in console.read_text(errors="replace").splitlines()
-                if line.strip()][-3:]
-        raise Failure(f"{e.script} exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
+    run_logged(ctx, name, e.script, cmd, ctx.args.row_timeout,
+               {**os.environ, "BENCH_GPU_PEAK": str(peak_file)})
     peak_path = Path(f"{peak_file}.0")
     peak = json.loads(peak_path.read_text())["peak_bytes"] if peak_path.is_file() else None
     return read_log(ctx.runs / name), peak
@@ -588,13 +594,9 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
     if backend.startswith("dali"):
         if args.device != "cuda":
             raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
-        try:
-            found = importlib.util.find_spec("nvidia.dali") is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
+        if not installed("nvidia.dali"):
             raise Skip("nvidia.dali is not installed")
-    if backend == "gpu" and importlib.util.find_spec("torchcodec") is None:
+    if backend == "gpu" and not installed("torchcodec"):
         raise Skip("torchcodec is not installed")
     workers, prefetch = loader_workers(args), prefetch_factor()
     # One interval is as many batches as the workers may hold ready at once; the window is
@@ -642,17 +644,14 @@ def measure_peers(ctx: Context, unit: Unit) -> List[dict]:
            "--json", str(record_path), "--only", *PEER_ROWS]
     # --device cpu on a machine with a GPU: the contenders see none, as on a CPU machine
     env = {**os.environ, **({} if args.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})}
-    console = ctx.out / "peers.console.txt"
-    ctx.out.mkdir(parents=True, exist_ok=True)
-    print(f"$ {' '.join(cmd)}", flush=True)
-    with open(console, "w") as output:
-        code = CHILDREN.run(cmd, args.peers_timeout, cwd=REPO, env=env, stdout=output,
-                            stderr=subprocess.STDOUT)
-    if code != 0:
-        tail = [line for line in console.read_text(errors="replace").splitlines()
-                if line.strip()][-3:]
-        raise Failure(f"bench.e2e exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
+    run_logged(ctx, "peers", "bench.e2e", cmd, args.peers_timeout, env)
     return peer_rows(json.loads(record_path.read_text()), unit)
+
+
+def _against(ratios: Dict[tuple, List[float]], contender: str) -> Dict[str, float]:
+    """bench.e2e's ratios of `contender` against each other contender: their median."""
+    return {theirs: statistics.median(v) for (ours, theirs), v in ratios.items()
+            if ours == contender}
 
 
 def peer_rows(record: dict, unit: Unit) -> List[dict]:
@@ -676,14 +675,11 @@ def peer_rows(record: dict, unit: Unit) -> List[dict]:
             continue
         config = (f"{record['commands'][contender]}: {cfg['epochs']} epochs of "
                   f"{train_images} generated JPEGs, {cfg['workers']} loader workers")
-        mine = {theirs: statistics.median(v) for (ours, theirs), v in wall.items()
-                if ours == contender}
         rows.append(new_row(
             row_name, unit.name, config, statistics.median(rates), rates,
             reference=reference_of(row_name),
-            wall_s=statistics.median(r["wall"] for r in runs), end_to_end=mine,
-            steady_vs={theirs: statistics.median(v) for (ours, theirs), v in steady.items()
-                       if ours == contender}))
+            wall_s=statistics.median(r["wall"] for r in runs),
+            end_to_end=_against(wall, contender), steady_vs=_against(steady, contender)))
     return rows
 
 
