@@ -122,7 +122,9 @@ def test_quick_sweep_draws_and_prints_its_block_and_leaves_results_md_alone(tmp_
 
 
 def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
-    out = _run("ps", "--quick", "--only", "esync", "-a", TINY[1], "--out", tmp_path / "ps").stdout
+    # two workers, the second slow (the dry-run test checks the default three)
+    out = _run("ps", "--quick", "--only", "esync", "--workers", "2", "--slowdown", "1,3", "-a",
+               TINY[1], "--out", tmp_path / "ps").stdout
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
         # the figures go beside the runs unless --figures says otherwise
         assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
@@ -130,7 +132,7 @@ def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
     row = next(line for line in block.splitlines() if line.startswith("| PS esync (mean) |"))
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert len(cells[7].split(" / ")) == 1 and float(cells[8]) > 0  # MB/s, MB per sample
-    assert len(cells[9].split(" / ")) == 3  # comm ratio of each of the 3 workers
+    assert len(cells[9].split(" / ")) == 2  # comm ratio of each of the 2 workers
     assert "ESync local steps per round" in block and "could be verified" in block
     printed = _run("results", "--bench-ps", tmp_path / "ps").stdout
     assert printed.strip() == block.split("\nTo keep it:")[0].strip()  # same logs, same block
@@ -161,16 +163,18 @@ def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path
 
     out, figures = tmp_path / "esync", tmp_path / "fig"
     # Two of the five variants (the dry-run test checks every variant's command): sync, which
-    # sets the target, and one that is compared with it.
+    # sets the target, and one that is compared with it; two workers, one of them slow (the
+    # dry-run test checks the default three).
     proc = _run("esync", "--quick", "-a", TINY[1], "--splits", "by-class", "--variants",
-                "sync", "esync-normalized", "--out", out, "--figures", figures, timeout=600)
+                "sync", "esync-normalized", "--workers", "2", "--slowdown", "1,4", "--out", out,
+                "--figures", figures, timeout=600)
     assert (figures / "esync_study.png").stat().st_size > 10_000
     rows = {(r["split"], r["mode"]): r for r in esync.compare(out)}
     assert set(rows) == {("by-class", m) for m in ("sync", "esync-normalized")}
     sync = rows["by-class", "sync"]
     # sync's target is its own final accuracy: it reaches it, at speed-up 1 by definition
     assert sync["target"] == sync["final"] and sync["time"] is not None
-    assert len(rows["by-class", "esync-normalized"]["local_steps"]) == 3
+    assert len(rows["by-class", "esync-normalized"]["local_steps"]) == 2
     for r in rows.values():
         assert r["gap"] == pytest.approx(r["final"] - sync["final"])
     assert esync.block(out, figures).strip() in proc.stdout
