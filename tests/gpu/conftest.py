@@ -71,12 +71,26 @@ def environment() -> dict:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True)
         env["driver"] = (smi.stdout.strip().splitlines() or [None])[0]
-    for package in ("torchvision", "nvidia.dali", "horovod", "timm"):
-        try:
-            env[package] = __import__(package, fromlist=["__version__"]).__version__
-        except ImportError:
-            env[package] = None
+    env.update(installed_versions())
     return env
+
+
+def installed_versions() -> dict:
+    """torchvision's, DALI's, Horovod's and timm's versions (None: not installed), from their
+    metadata: importing timm or torchvision to ask would cost each group's session seconds
+    (they import torch._dynamo)."""
+    from importlib import metadata
+
+    wanted = {"torchvision": "torchvision", "nvidia.dali": "nvidia-dali", "horovod": "horovod",
+              "timm": "timm"}
+    versions = dict.fromkeys(wanted)
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        for module, project in wanted.items():
+            # DALI's project is named for its CUDA major: nvidia-dali-cuda130
+            if name == project or (module == "nvidia.dali" and name.startswith(project + "-")):
+                versions[module] = dist.version
+    return versions
 
 
 def pytest_sessionstart(session):
