@@ -8,7 +8,6 @@ or why it failed or skipped.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from imagenet_recipes.bench.common import installed
 
 from . import gpu_tier
 
@@ -56,8 +57,7 @@ def missing_packages() -> dict:
     wanted = {"nvidia.dali": "DALI (pip install nvidia-dali-cuda130; checks of the dali group)",
               "torchcodec": "TorchCodec (pip install torchcodec; checks of the decode group)",
               "horovod": "Horovod (launch/install_horovod.sh; the hvd entry check)"}
-    return {name: why for name, why in wanted.items() if importlib.util.find_spec(
-        name.split(".")[0]) is None or importlib.util.find_spec(name) is None}
+    return {name: why for name, why in wanted.items() if not installed(name)}
 
 
 def environment() -> dict:

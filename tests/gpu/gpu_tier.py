@@ -251,10 +251,9 @@ def elapsed(since: float) -> float:
 
 def need(module: str, why: str) -> None:
     """Skip the check, saying what to install, when an optional package is missing."""
-    import importlib.util
-
     import pytest
 
-    if importlib.util.find_spec(module.split(".")[0]) is None or \
-            importlib.util.find_spec(module) is None:
+    from imagenet_recipes.bench.common import installed
+
+    if not installed(module):
         pytest.skip(f"{module} is not installed: {why}")
