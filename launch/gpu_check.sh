@@ -7,12 +7,16 @@
 #   bash launch/gpu_check.sh --out DIR                # every group, 3 side by side
 #   bash launch/gpu_check.sh --jobs 1 --out DIR       # every group, one after the other
 #   bash launch/gpu_check.sh --cpu --out DIR          # the same checks simulated on the CPU
+#   bash launch/gpu_check.sh --first-of-each ...     # one parameter set of each check only
 #
 # Groups: entries precision ranks resume layout recipes dali decode nccl (one file each,
 # tests/gpu/test_gpu_GROUP.py). Each group is sized for under 6 minutes on one H100 and is stopped
 # after GPU_CHECK_GROUP_LIMIT seconds (default 420); a stopped group records the check it was in
 # as "stopped" and kills every process it started. --jobs N (GPU_CHECK_JOBS) runs N groups side
 # by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
+# --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
+# the first entry script, ...): every check's code once, in about 60 % of the time; the CPU suite
+# simulates the tier that way, since it tests each parameter's feature on its own.
 #
 # DIR receives checks.jsonl (a line describing the machine, then one line per finished check,
 # written as each finishes), output.log (the runs' output) and runs.jsonl (their log records); no
@@ -24,7 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 all_groups=(entries precision ranks resume layout recipes dali decode nccl)
-out="" device=cuda probe=0 jobs="${GPU_CHECK_JOBS:-}" groups=()
+out="" device=cuda probe=0 jobs="${GPU_CHECK_JOBS:-}" first_of_each=0 groups=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
     --jobs=*) jobs="${1#--jobs=}"; shift ;;
     --probe) probe=1; shift ;;
+    --first-of-each) first_of_each=1; shift ;;
     --list) printf '%s\n' "${all_groups[@]}"; exit 0 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
                exit 0 ;;
@@ -106,6 +111,7 @@ if [ -n "$out" ]; then
   export GPU_TIER_OUT="$out"
 fi
 export GPU_TIER_DEVICE="$device"
+[ $first_of_each -eq 0 ] || export GPU_TIER_FIRST_OF_EACH=1
 limit="${GPU_CHECK_GROUP_LIMIT:-420}"
 # Side by side: the groups are small and independent (each run is a few ranks on the one GPU),
 # and GPU time often comes in short slots. On the CPU, one after the other.

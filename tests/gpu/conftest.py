@@ -43,12 +43,35 @@ def no_gpu_reason() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    if gpu_tier.FIRST_OF_EACH:
+        _keep_first_of_each(config, items)
     if gpu_tier.SIMULATED or torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=no_gpu_reason())
     for item in items:
         if _in_tier(item):
             item.add_marker(skip)
+
+
+def _keep_first_of_each(config, items):
+    """gpu_check.sh --first-of-each: of each parametrized check, its first parameter set that
+    this device runs (one marked to be skipped here is passed over)."""
+    families = {}
+    for item in items:
+        if _in_tier(item):
+            families.setdefault((str(item.fspath), item.originalname), []).append(item)
+    dropped = set()
+    for members in families.values():
+        runnable = [m for m in members if not _skipped_here(m)] or members
+        dropped.update(id(m) for m in members if m is not runnable[0])
+    if dropped:
+        config.hook.pytest_deselected(items=[i for i in items if id(i) in dropped])
+        items[:] = [i for i in items if id(i) not in dropped]
+
+
+def _skipped_here(item) -> bool:
+    return any(mark.name == "skip" or (mark.name == "skipif" and mark.args and mark.args[0])
+               for mark in item.iter_markers())
 
 
 # --- the record ----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ TRAIN = REPO / "train"
 DEVICE = os.environ.get("GPU_TIER_DEVICE", "cuda")
 SIMULATED = DEVICE == "cpu"
 OUT = Path(os.environ["GPU_TIER_OUT"]) if os.environ.get("GPU_TIER_OUT") else None
+FIRST_OF_EACH = os.environ.get("GPU_TIER_FIRST_OF_EACH") == "1"  # gpu_check.sh --first-of-each
 
 # Small runs: on a GPU, torchvision's resnet18 at 64 px is enough to exercise every kernel
 # family of ResNet; on a CPU the simulation shrinks the images and the steps, and trains timm's
