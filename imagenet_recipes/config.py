@@ -13,14 +13,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 from .errors import UsageError
 from .peer_flags import ALIASES, REFUSED
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
-                       HOROVOD_COMPRESSION, OPT_LEVELS, PROCESSES, SHARE_GPUS,
-                       SYNC_BN, WHOLE_WEIGHTS, entries_providing)
+                       HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
+                       entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
 WARMUP_METHODS = ("linear", "constant")
@@ -39,17 +39,6 @@ LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank",
 # upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
 APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
                      "--patch-torch-functions")
-
-
-def parse_slowdown(text: str) -> Tuple[float, ...]:
-    try:
-        factors = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"--worker-slowdown takes comma-separated numbers, e.g. 1,1,3; got "
-                         f"{text!r}") from None
-    if not factors or any(f < 1.0 for f in factors):
-        raise UsageError(f"--worker-slowdown factors must be >= 1 (1 = full speed), got {text!r}")
-    return factors
 
 
 # Help groups, in the order `-h` shows them (presets first: --config and what it can name).
@@ -288,16 +277,6 @@ class TrainConfig:
     fp16_allreduce: bool = field(default=False, metadata=opt(
         DISTRIBUTION, "--fp16-allreduce", help="compress gradients to fp16 for the all-reduce",
         needs=HOROVOD_COMPRESSION, elsewhere="DDP's counterpart is --ddp-comm-hook fp16"))
-    worker_slowdown: Optional[str] = field(default=None, metadata=opt(
-        DISTRIBUTION, "--worker-slowdown",
-        help="emulated heterogeneity: per-process step-time factors, e.g. 1,1,3 (the third "
-             "process sleeps 2x its compute time after each step; default: all 1)",
-        needs=PROCESSES))
-    slowdown_from_epoch: int = field(default=0, metadata=opt(
-        DISTRIBUTION, "--slowdown-from-epoch",
-        help="--worker-slowdown takes effect from this epoch (counted from 0, as the log "
-             "counts them); the epochs before it run at full speed: a worker that slows down "
-             "midway", needs=PROCESSES))
     dist_timeout: float = field(default=600.0, metadata=opt(
         DISTRIBUTION, "--dist-timeout",
         help="seconds a collective (or the process-group start) may wait for a peer before "
@@ -368,19 +347,14 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def slowdowns(self, processes: int, what: str = "processes") -> Tuple[float, ...]:
-        """One --worker-slowdown factor per process (or per parameter-server worker)."""
-        if self.worker_slowdown is None:
-            return (1.0,) * processes
-        factors = parse_slowdown(self.worker_slowdown)
-        if len(factors) != processes:
-            raise UsageError(f"--worker-slowdown has {len(factors)} factors but there are "
-                             f"{processes} {what}: give one factor each")
-        return factors
-
-    def slowdown_in_epoch(self, factor: float, epoch: int) -> float:
-        """A process's --worker-slowdown factor in this epoch (1 before --slowdown-from-epoch)."""
-        return factor if epoch >= self.slowdown_from_epoch else 1.0
+    def step_hooks(self, rank: int, ranks: int, what: str = "processes") -> tuple:
+        """What runs after each training step of process `rank` of `ranks` (a parameter-server
+        worker: its index among the workers), each hook called as hook(epoch, seconds the step
+        took). The product has none; an experiment's config adds its own (experiments/
+        slow_workers: a sleep that emulates a slower device). Each process asks once before it
+        trains, so a setting that does not fit the processes stops every one of them first
+        (UsageError)."""
+        return ()
 
     def validate_extra(self) -> None:
         """Checks of a subclass's own fields (the parameter server's, say)."""
@@ -589,10 +563,6 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError("--compile with --sync-bn is refused: torch.compile fails on DDP with "
                          "SyncBatchNorm (pytorch#107372, open) and the cross-rank BatchNorm "
                          "that Horovod and gloo use is not tested compiled. Drop one of them")
-    if cfg.worker_slowdown is not None:
-        parse_slowdown(cfg.worker_slowdown)
-    if cfg.slowdown_from_epoch < 0:
-        raise UsageError("--slowdown-from-epoch counts epochs from 0: give 0 or more")
     if cfg.steps_per_epoch < 0 or cfg.checkpoint_every < 0:
         raise UsageError("--steps-per-epoch and --checkpoint-every must be >= 0")
     if cfg.backend != "synthetic" and not cfg.data:

@@ -64,7 +64,7 @@ class Trainer:
         self.device = strategy.setup_environment()
         strategy.channels_last = cfg.resolve_channels_last(self.device.type)
         self.precision = strategy.precision
-        self.slowdown = cfg.slowdowns(strategy.world_size)[strategy.rank]
+        self.step_hooks = cfg.step_hooks(strategy.rank, strategy.world_size)
         self.seed = cfg.seed
         torch.manual_seed(self.seed)  # same initial weights on every rank
         if cfg.deterministic:
@@ -287,13 +287,12 @@ class Trainer:
         watch, epoch_start, data_time = Stopwatch(self.device), time.perf_counter(), 0.0
         epoch_data_time = 0.0
         last_logged = start
-        slowdown = cfg.slowdown_in_epoch(self.slowdown, self.epoch)
         for epoch_step in range(start, self.steps_per_epoch):
             step_start = time.perf_counter()
             waited = self.train_step(batches, interval)
             data_time, epoch_data_time = data_time + waited, epoch_data_time + waited
-            if slowdown > 1:  # --worker-slowdown: this process emulates a slower device
-                time.sleep((slowdown - 1) * (time.perf_counter() - step_start))
+            for hook in self.step_hooks:  # an experiment's (TrainConfig.step_hooks)
+                hook(self.epoch, time.perf_counter() - step_start)
 
             done = epoch_step + 1
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:

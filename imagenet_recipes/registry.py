@@ -15,7 +15,7 @@ from typing import Dict, FrozenSet, Tuple
 # one it needs (config.opt's `needs`); a script shows and accepts the field only when its
 # strategy provides it, and refuses it otherwise, naming the scripts that have it.
 ENGINE_LOOP = "the engine's loop"       # imagenet_recipes.engine: optimizers, EMA, MixUp, compile, -e
-PROCESSES = "one process per device"    # a group of processes (--worker-slowdown per process)
+PROCESSES = "one process per device"    # a group of processes, one per device
 COLLECTIVE_TIMEOUT = "collective timeouts"  # torch.distributed's own (--dist-timeout)
 SYNC_BN = "BatchNorm over processes"
 SHARE_GPUS = "several processes per GPU"

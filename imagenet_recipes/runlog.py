@@ -12,7 +12,7 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
                  sync_bn (--sync-bn's layer: SyncBatchNorm, CrossRankBatchNorm, or null);
                  the engine adds steps_per_epoch and train_samples_per_rank; the parameter
                  server adds mode, workers, servers, shard_sizes (parameters per server),
-                 push_dtype, slowdowns and split
+                 push_dtype and split
   kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),
                  loss, top1, top5, count, lr, img_s (all processes), img_s_per_proc, data_time,
                  step_time; the engine adds epoch_step, steps_per_epoch and loss_scale; the

@@ -34,6 +34,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
 LOCAL_SGD = "experiments/local_sgd.py"  # DDP with local SGD, an experiment (script_command)
+SLOW_PS = "experiments/slow_ps.py"  # train/ps.py with --worker-slowdown, an experiment
 TESTS = REPO / "tests"
 
 # Small enough for a 2-core CI box: timm's test_resnet (a ResNet with BatchNorm and residual

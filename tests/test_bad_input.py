@@ -257,23 +257,9 @@ def test_bad_esync_options(expect_usage_error, tiny_imagefolder, args, message):
 
 @pytest.mark.parametrize("args,message", [
     (["--mode", "bsp"], "invalid choice"),
-    (["--worker-slowdown", "1,0.5"], "must be >= 1"),
     (["--num-servers", "0"], "--num-servers must be >= 1"),
     (["--push-dtype", "float8"], "invalid choice: 'float8'"),
     ([], "at least 2 processes"),  # one process: nobody to serve or to train
 ])
 def test_bad_parameter_server_arguments(expect_usage_error, tiny_imagefolder, args, message):
     expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ps.py")
-
-
-@pytest.mark.parametrize("rank", [0, 1, 2])
-def test_a_slowdown_list_that_does_not_match_the_workers_stops_every_rank_before_rpc(
-        expect_usage_error, tiny_imagefolder, monkeypatch, rank):
-    """Each rank checks it before RPC starts, so nobody waits for a peer that gave up (without
-    MASTER_ADDR a rank that reached RPC's start would fail with another message)."""
-    monkeypatch.setenv("RANK", str(rank))
-    monkeypatch.setenv("WORLD_SIZE", "3")
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
-    expect_usage_error(TINY + ["--worker-slowdown", "1,2,3", tiny_imagefolder],
-                       "has 3 factors but there are 2 workers (world size - 1 server)",
-                       script="ps.py")

@@ -36,13 +36,14 @@ def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
         assert _flag(argv, "--slowdown-from-epoch") == str(start)
         script = next(a for a in argv if a.endswith(".py"))
         if any(f"-{m}-" in name for m in hetero.DDP_METHODS):
-            expected = "train/ddp.py" if "-ddp-" in name else "experiments/local_sgd.py"
+            expected = ("experiments/slow_ddp.py" if "-ddp-" in name
+                        else "experiments/local_sgd.py")
             assert script.endswith(expected) and "-iid-" in name
             assert "--nproc_per_node=3" in argv
             assert (_flag(argv, "--local-sgd-period") == "4") == ("-ddp-" not in name)
             assert (_flag(argv, "--local-sgd-outer-momentum") == "0.9") == ("diloco" in name)
         else:
-            assert script.endswith("train/ps.py") and "--nproc_per_node=4" in argv
+            assert script.endswith("experiments/slow_ps.py") and "--nproc_per_node=4" in argv
             split = "by-class" if "-by-class-" in name else "iid"
             assert _flag(argv, "--split") == split
             mode, _, rule = name.split(f"-{split}-")[1].rsplit("-s", 1)[0].partition("-")

@@ -145,16 +145,20 @@ def test_no_module_imports_from_a_layer_above_its_own():
 
 
 def test_an_experiment_script_runs_its_experiment_and_nothing_else():
-    """experiments/NAME.py is to imagenet_recipes.experiments.NAME what train/X.py is to the
-    registry's entry X: its documented command, and one call."""
+    """experiments/NAME.py is to its experiment (imagenet_recipes.experiments.NAME, or a module
+    of an experiment with several scripts) what train/X.py is to the registry's entry X: its
+    documented command, and one call."""
     scripts = sorted((REPO / "experiments").glob("*.py"))
     assert scripts
     for script in scripts:
         text = script.read_text()
-        assert f"from imagenet_recipes.experiments.{script.stem} import main" in text, script
+        found = re.search(r"^from imagenet_recipes\.experiments\.([\w.]+) import main$", text,
+                          re.MULTILINE)
+        assert found, f"{script} imports no experiment's main"
+        module = PACKAGE / "experiments" / found[1].replace(".", "/")
+        assert module.is_dir() or module.with_suffix(".py").is_file(), script
         assert text.split('if __name__ == "__main__":')[1].strip() == \
             "main(description=__doc__)", script
-        assert (PACKAGE / "experiments" / script.stem).is_dir(), script
 
 
 def test_data_backends_and_strategies_import_no_sibling():

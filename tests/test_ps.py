@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, RESNET18, TINY, TRAIN, _env, records, run_script,
-                      traced, traced_samples, unused_port)
+from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TINY, TRAIN, _env, records,
+                      run_script, traced, traced_samples, unused_port)
 
 from imagenet_recipes.data import ShardedSampler
 from imagenet_recipes.ps.config import PSConfig
@@ -27,6 +27,8 @@ STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
 # ~0.25 s for resnet18's 45 MB of gradients, outweighs a fast step's compute), and with 3x the
 # slow worker's async staleness fell to 0.92 and its ESync estimate once dropped below the fast
 # worker's in CI.
+# The second worker's slowdown is the slow workers experiment's option (SLOW_PS: train/ps.py with
+# --worker-slowdown): the runs that learn with it start that script.
 # Tuned with loader workers, which they keep: loading in the workers' own processes changes how
 # fast each one steps, and with it async's and ESync's updates (an ESync run held to AVX2 once
 # missed the 20 % fall without them: a round covered a whole epoch, which then had no loss).
@@ -138,7 +140,7 @@ def test_async_trains_with_staleness_recorded(tiny_imagefolder, tmp_path):
     # The slow worker's mean staleness is (6c + r) / (c + r) for compute c and round trip r:
     # 2.6 to 4.0 in three runs (with 3x it was about 1.5, and 0.92 once). The default
     # --async-rule staleness learns at momentum 0.9, at which plain async oscillated here.
-    run_script("ps.py", LEARN_ARGS + ["--mode", "async", "--momentum", "0.9", "--logdir",
+    run_script(SLOW_PS, LEARN_ARGS + ["--mode", "async", "--momentum", "0.9", "--logdir",
                                       tmp_path, "--run-name", "a", tiny_imagefolder], nproc=3)
     run_dir = tmp_path / "a"
     _loss_falls(run_dir)
@@ -162,7 +164,7 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
     # The authors' 0.5 s margin is about the slow worker's whole step at this size: with it the
     # fast worker would stop after one step. At most 3 local steps a round: uncapped, the fast
     # worker once took 12 in a round, the 3 epochs were 3 server updates, and the loss fell 13 %.
-    run_script("ps.py", LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
+    run_script(SLOW_PS, LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
                                       "--max-local-steps", "3",
                                       "--esync-average", average, "--logdir", tmp_path,
                                       "--run-name", "e", tiny_imagefolder], nproc=3)

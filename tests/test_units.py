@@ -506,29 +506,6 @@ def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost(
     assert "no validation" in closing_lines("finished", 0, 0.0, 0, Best(), None, None, None)[0]
 
 
-def test_a_worker_slows_down_from_the_epoch_given(tmp_path, monkeypatch):
-    """--slowdown-from-epoch 1: epoch 0 at full speed, then each step followed by a sleep of
-    (factor - 1) x its own time."""
-    from imagenet_recipes import engine
-    from imagenet_recipes.engine import Trainer
-    from imagenet_recipes.strategies import Strategy
-
-    cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
-                      "--device", "cpu", "--logdir", str(tmp_path), "--epochs", "2",
-                      "--synthetic-train-size", "12", "--synthetic-val-size", "4",
-                      "--worker-slowdown", "3", "--slowdown-from-epoch", "1"])
-    slept = []
-    trainer = Trainer(cfg, Strategy.from_config(cfg), "nd")
-    monkeypatch.setattr(engine.time, "sleep", lambda s: slept.append((trainer.epoch, s)))
-    trainer.setup()
-    try:
-        trainer.fit()
-    finally:
-        trainer.close()
-    assert [epoch for epoch, _ in slept] == [1, 1, 1]  # 3 steps per epoch
-    assert all(seconds > 0 for _, seconds in slept)
-
-
 def test_the_default_loader_workers_are_every_core_but_one_per_process():
     """-j -1 (the default): each process's share of the cores, one left for the process itself,
     with no fixed cap (an H100 with 16 cores was fed 0.72x its training rate by 8 workers)."""

@@ -4,8 +4,7 @@ Rank 0 is the server (it holds the model and the optimizer and never runs the tr
 forward pass); ranks 1..N are workers that pull the weights, compute on their own shard and
 push gradients (sync, async) or model deltas (esync).
 
-    torchrun --nproc_per_node=4 train/ps.py --mode esync --worker-slowdown 1,1,3 \\
-        -a resnet18 -b 64 /data/imagenet
+    torchrun --nproc_per_node=4 train/ps.py --mode esync -a resnet18 -b 64 /data/imagenet
     python train/ps.py --evaluator runs/ps-esync-resnet18-... /data/imagenet   # separate eval
 """
 from imagenet_recipes.ps.main import main

@@ -8,9 +8,10 @@ workers, on an IID and a non-IID (by-class) split: the comparison the ESync pape
     launch/env.sh python -m imagenet_recipes.bench.esync --report runs/esync-20261123-120000
 
 Every combination of --variants (sync; async with each --async-rule, plain and staleness; esync
-with each --esync-average, mean and normalized) and --split iid|by-class runs `train/ps.py` with
---workers compute processes and the same --worker-slowdown (default 1,1,4: the third worker
-sleeps 3x its compute time after each step, an emulated slower device), --repeats times with
+with each --esync-average, mean and normalized) and --split iid|by-class runs train/ps.py (as
+`experiments/slow_ps.py`, the slow workers experiment) with --workers compute processes and the
+same --worker-slowdown (default 1,1,4: the third worker sleeps 3x its compute time after each
+step, an emulated slower device), --repeats times with
 seeds 0..R-1, the repeats interleaved so that drifts in the machine's speed hit every mode.
 Same model, data, per-worker batch, base lr (scaled per mode as in imagenet_recipes/ps/server.py),
 schedule and epochs; the server validates once per epoch, in the background, on the weights of
@@ -32,7 +33,7 @@ from typing import List
 from imagenet_recipes.bench import ps_stats
 from imagenet_recipes.bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from imagenet_recipes.bench.render import render
-from imagenet_recipes.bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
+from imagenet_recipes.bench.jobs import SLOW_PS, STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
 
 # --mode with its rule: --async-rule for async, --esync-average for esync
 VARIANTS = ("sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized")
@@ -60,7 +61,7 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
         for split in args.splits:
             for variant in args.variants:
                 name = f"{split}-{variant}-s{seed}"
-                listed.append((name, launcher("ps", args.workers + 1) + common + [
+                listed.append((name, launcher("ps", args.workers + 1, SLOW_PS) + common + [
                     *variant_args(variant, args), "--split", split, "--seed", str(seed),
                     "--run-name", name]))
     return listed

@@ -18,7 +18,9 @@ Methods (--methods), 3 compute processes each:
   esync-mean        train/ps.py --mode esync --esync-average mean (the default average)
   esync-normalized  train/ps.py --mode esync --esync-average normalized
 Speed profiles (--profiles), as --worker-slowdown factors (a factor f: the process sleeps
-(f - 1) x its compute time after each step, an emulated slower device):
+(f - 1) x its compute time after each step, an emulated slower device; the slow workers
+experiment, docs/experiments.md: train/ddp.py and train/ps.py run as experiments/slow_ddp.py
+and experiments/slow_ps.py, local SGD's script takes the option itself):
   even 1,1,1   one-2x 1,1,2   one-4x 1,1,4   midway 1,1,4 from epoch 3 (--slowdown-from-epoch)
 Splits (--splits): iid, or by-class (each worker its own classes; the parameter server's
 --split: DDP's sampler always shards IID, so the DDP methods run on iid only).
@@ -41,7 +43,7 @@ from typing import Dict, List, Tuple
 from imagenet_recipes.bench import ps_stats
 from imagenet_recipes.bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
 from imagenet_recipes.bench.esync import variant_args
-from imagenet_recipes.bench.jobs import STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
+from imagenet_recipes.bench.jobs import SLOW_DDP, SLOW_PS, STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
 from imagenet_recipes.bench.render import render
 
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
@@ -82,10 +84,10 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
                         continue
                     name = f"{profile}-{split}-{method}-s{seed}"
                     if method in DDP_METHODS:
-                        script = LOCAL_SGD_SCRIPT if method != "ddp" else None
+                        script = LOCAL_SGD_SCRIPT if method != "ddp" else SLOW_DDP
                         start = launcher("ddp", args.workers, script)
                     else:
-                        start = launcher("ps", args.workers + 1) + ["--split", split]
+                        start = launcher("ps", args.workers + 1, SLOW_PS) + ["--split", split]
                     listed.append((name, start + common + [
                         "--worker-slowdown", slowdown, "--slowdown-from-epoch",
                         str(from_epoch), *method_args(method, args), "--seed", str(seed),

@@ -18,6 +18,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from imagenet_recipes.bench.common import REPO, registry
 
+# The slow workers experiment (imagenet_recipes/experiments/slow_workers/): train/ddp.py and
+# train/ps.py with --worker-slowdown, the emulated straggler of the parameter-server studies.
+SLOW_DDP = "experiments/slow_ddp.py"
+SLOW_PS = "experiments/slow_ps.py"
+
 
 def launcher(entry: str, processes: int, script: Optional[str] = None) -> List[str]:
     """The command that starts an entry script on `processes` processes, as its docstring says

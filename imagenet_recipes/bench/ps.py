@@ -7,10 +7,11 @@
 
 Four contenders (DDP and every mode of the parameter server), each with --workers compute
 processes and the same --worker-slowdown (default 1,1,3: the third worker sleeps 2x its compute
-time after every step, an emulated slower device that takes no CPU from the others):
+time after every step, an emulated slower device that takes no CPU from the others; the slow
+workers experiment, whose scripts run train/ddp.py and train/ps.py with that option):
 
-  ddp        torchrun --nproc_per_node=3 train/ddp.py   (synchronous all-reduce)
-  ps-sync    torchrun --nproc_per_node=4 train/ps.py --mode sync   (rank 0 = server)
+  ddp        torchrun --nproc_per_node=3 experiments/slow_ddp.py   (synchronous all-reduce)
+  ps-sync    torchrun --nproc_per_node=4 experiments/slow_ps.py --mode sync   (rank 0 = server)
   ps-async   ... --mode async   (each push applied on arrival)
   ps-esync   ... --mode esync   (fast workers take local steps while the slowest takes one)
 
@@ -33,7 +34,7 @@ import re
 import sys
 from pathlib import Path
 
-from imagenet_recipes.bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
+from imagenet_recipes.bench.jobs import SLOW_DDP, SLOW_PS, dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
 from imagenet_recipes.bench.ps_stats import parse_target
 
 from imagenet_recipes.ps.config import MODES
@@ -53,10 +54,10 @@ def commands(args, out: Path, data: Path) -> list:
         if args.only and not re.search(args.only, name):
             continue
         if name == "ddp":
-            cmd = launcher("ddp", n) + common
+            cmd = launcher("ddp", n, SLOW_DDP) + common
         else:
             mode = name.split("-")[1]
-            cmd = launcher("ps", n + 1) + common + ["--mode", mode] + (
+            cmd = launcher("ps", n + 1, SLOW_PS) + common + ["--mode", mode] + (
                 ["--esync-epsilon", str(args.esync_epsilon)] if mode == "esync" else [])
         jobs.append((name, cmd + ["--run-name", name]))
     return jobs

@@ -7,5 +7,7 @@ strategies, the parameter server, train/) never imports this package; tests/test
 checks it. ARCHITECTURE.md ("Product, tools, lab") says what belongs here, when an experiment
 moves into the product, and when one is retired.
 
-    local_sgd/   post-local SGD and DiLoCo's outer step on DDP (experiments/local_sgd.py)
+    local_sgd/     post-local SGD and DiLoCo's outer step on DDP (experiments/local_sgd.py)
+    slow_workers/  emulated slower devices through the product's step hooks, for the
+                   parameter-server studies (experiments/slow_ddp.py, experiments/slow_ps.py)
 """

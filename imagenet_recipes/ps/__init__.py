@@ -3,7 +3,7 @@
 The synchronous engine's train step does not fit a server that applies updates as they arrive,
 so the parameter server has its own small loop, reusing the engine's models, data, precision,
 metrics, validation routine, run lifecycle (lifecycle.py), checkpoints and run log:
-  config.py         PSConfig: the engine's flags plus --mode, --worker-slowdown, --split, ...
+  config.py         PSConfig: the engine's flags plus --mode, --num-servers, --split, ...
   wire.py           what travels: lists of tensors (never modules), and their byte counts
   state_service.py  ESync's state query service: keep stepping locally, or aggregate now?
   server.py         rank 0: the RPC surface, rounds, counters, logging, evaluations, checkpoints

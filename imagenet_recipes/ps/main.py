@@ -80,14 +80,12 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         workers=workers, servers=cfg.num_servers,
         shard_sizes=[sum(server.params[i].numel() for i in s) for s in server.shards],
         push_dtype=cfg.push_dtype, backend="tensorpipe", devices_per_process=1,
-        slowdowns=list(cfg.slowdowns(workers, "workers")), split=cfg.split,
+        split=cfg.split,
         precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
         num_classes=num_classes, device=str(device))
-    slowdowns = ",".join(f"{f:g}" for f in cfg.slowdowns(workers, "workers"))
     servers = "server" if cfg.num_servers == 1 else f"{cfg.num_servers} servers"
     log.print(f"=> ps ({cfg.mode}): {cfg.arch}, {servers} + {workers} workers "
-              f"(slowdown {slowdowns}, split "
-              f"{cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
+              f"(split {cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
               f"{run_dir}")
     server.failure_monitor().start()
     server.finished.wait()
@@ -138,8 +136,7 @@ def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:
 
 def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
     worker_index = rank - cfg.num_servers + 1  # workers are numbered 1..N
-    worker = Worker(cfg, worker_index, workers,
-                    cfg.slowdowns(workers, "workers")[worker_index - 1])
+    worker = Worker(cfg, worker_index, workers)
     rpc.init_rpc(wire.worker_name(worker_index), rank=rank,
                  world_size=cfg.num_servers + workers, rpc_backend_options=_rpc_options(cfg))
     try:
@@ -173,9 +170,11 @@ def _shutdown(graceful: bool) -> None:
     rpc.shutdown(graceful=False)
 
 
-def main(argv: Optional[list] = None, description: str = "") -> None:
+def main(argv: Optional[list] = None, description: str = "",
+         config_cls: type = PSConfig) -> None:
+    """train/ps.py's whole body; an experiment built on it passes its PSConfig subclass."""
     try:
-        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=PSConfig,
+        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=config_cls,
                          entry=ENTRY)
         if cfg.evaluator:
             evaluator.watch(cfg)
@@ -189,9 +188,10 @@ def main(argv: Optional[list] = None, description: str = "") -> None:
                 f"the others are workers), got world size {world}: e.g. torchrun "
                 f"--nproc_per_node={servers + 2} train/ps.py --mode {cfg.mode} ...")
         workers = world - servers
-        # A wrong-length list: every rank says so before any RPC starts.
-        cfg.slowdowns(workers, f"workers (world size - {servers} server"
-                               f"{'s' if servers > 1 else ''})")
+        # Step hooks that do not fit the workers (an experiment's per-worker list of the wrong
+        # length): every rank says so before any RPC starts.
+        cfg.step_hooks(0, workers, f"workers (world size - {servers} server"
+                                   f"{'s' if servers > 1 else ''})")
         if rank == 0:
             code = run_server(cfg, workers)
         elif rank < servers:

@@ -77,8 +77,9 @@ class WorkerStrategy(Strategy):
 
 
 class Worker:
-    def __init__(self, cfg, worker: int, workers: int, slowdown: float):
-        self.cfg, self.worker, self.workers, self.slowdown = cfg, worker, workers, slowdown
+    def __init__(self, cfg, worker: int, workers: int):
+        self.cfg, self.worker, self.workers = cfg, worker, workers
+        self.step_hooks = cfg.step_hooks(worker - 1, workers, "workers")
         # The servers (ranks 0..K-1) train nothing: workers take the GPUs from the first one.
         servers = cfg.num_servers
         local_rank = int(os.environ.get("LOCAL_RANK", servers + worker - 1))
@@ -111,7 +112,7 @@ class Worker:
         self.bytes_pulled = [0] * cfg.num_servers
         self.lr_multiplier = 1.0  # the schedule's, as the coordinator last said
         self.step = 0  # the server step of the weights this worker holds
-        self.epoch = 0  # of this worker's shard (--slowdown-from-epoch counts these)
+        self.epoch = 0  # of this worker's shard (what the step hooks are told)
         self.lost_peers: list = []  # workers the server has given up on
         self.server_gone = False  # the server left without answering this worker's goodbye
 
@@ -175,9 +176,8 @@ class Worker:
 
     def _compute(self, images, targets) -> dict:
         """Forward, backward and the optimizer's step (esync: a local SGD step; sync, async:
-        the gradients captured for the push) of one batch, slowed down by the
-        --worker-slowdown factor (a sleep, so an emulated slow worker does not take CPU from
-        the others)."""
+        the gradients captured for the push) of one batch, then the step hooks (an experiment's,
+        TrainConfig.step_hooks: e.g. an emulated slower device's sleep, counted as compute)."""
         start = time.perf_counter()
         output = self.model(images)
         loss = self.criterion(output, targets)
@@ -189,9 +189,8 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         busy = time.perf_counter() - start
-        slowdown = self.cfg.slowdown_in_epoch(self.slowdown, self.epoch)
-        if slowdown > 1:
-            time.sleep((slowdown - 1) * busy)
+        for hook in self.step_hooks:
+            hook(self.epoch, busy)
         n = len(targets)
         return {"count": n, "loss": loss.item() * n, "correct1": correct1.item(),
                 "correct5": correct5.item(), "compute_time": time.perf_counter() - start,

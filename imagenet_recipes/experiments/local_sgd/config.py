@@ -1,15 +1,17 @@
-"""The local SGD experiment's options: train/ddp.py's, plus when to average and how."""
+"""The local SGD experiment's options: train/ddp.py's, plus when to average and how, and the slow
+workers' (local SGD is studied on workers of different speeds, bench.hetero)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ...config import TrainConfig, UsageError, opt
+from ..slow_workers.options import SlowWorkerOptions
 
 LOCAL_SGD = "local SGD (experiment)"  # the help group of the options below
 
 
 @dataclass
-class LocalSGDConfig(TrainConfig):
+class LocalSGDConfig(SlowWorkerOptions, TrainConfig):
     local_sgd_period: int = field(default=0, metadata=opt(
         LOCAL_SGD, "--local-sgd-period",
         help="post-local SGD: after --local-sgd-warmup-steps of plain DDP, each process steps "
@@ -31,6 +33,7 @@ class LocalSGDConfig(TrainConfig):
         help="Nesterov momentum of the outer step (default 0: none)"))
 
     def validate_extra(self) -> None:
+        super().validate_extra()
         if self.local_sgd_outer_lr <= 0 or not 0 <= self.local_sgd_outer_momentum < 1:
             raise UsageError("--local-sgd-outer-lr must be > 0 and --local-sgd-outer-momentum "
                              "in [0, 1)")
