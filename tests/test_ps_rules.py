@@ -11,7 +11,9 @@ import torch
 
 from imagenet_recipes.ps.config import PSConfig
 from imagenet_recipes.ps.shards import RoundSums
-from imagenet_recipes.ps.update_rules import AsyncSGD, ESyncAverage, async_momentum, esync_pushed_delta
+from imagenet_recipes.ps.update_rules import (ASYNC_RULES, ESYNC_AVERAGES, AsyncSGD, ESyncMean,
+                                              StalenessAwareAsyncSGD, async_momentum,
+                                              rule_class)
 
 from test_ps import simulate_esync
 
@@ -20,12 +22,12 @@ from test_ps import simulate_esync
 def simulate_async(rule: str, step_times, pushes: int, lr: float, momentum: float = 0.9):
     """Workers on a fake clock: worker w pulls the weights, computes the gradient of
     0.5 |x|^2 at them for step_times[w] seconds and pushes it; the server applies each push
-    with the real AsyncSGD at the staleness the server counts (its updates since that pull).
+    with the real async rule at the staleness the server counts (its updates since that pull).
     Returns the loss after every push."""
     cfg = PSConfig(data="x", mode="async", async_rule=rule, momentum=momentum, lr=lr,
                    batch_size=256, weight_decay=0.0)  # batch 256: the lr is --lr itself
     x = torch.ones(8, dtype=torch.float64)
-    server = AsyncSGD(cfg, [x], len(step_times))
+    server = rule_class(cfg)(cfg, [x], len(step_times))
     step = 0
     queue = [(t, w, 0, x.clone()) for w, t in enumerate(step_times)]
     heapq.heapify(queue)
@@ -56,11 +58,11 @@ def test_the_staleness_rule_divides_the_rate_by_the_staleness():
                    batch_size=256, weight_decay=0.0)
     for staleness, expected in [(0, 0.5), (1, 0.5), (2, 0.25), (5, 0.1)]:
         x = torch.zeros(1)
-        AsyncSGD(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
+        rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
         assert x.item() == pytest.approx(-expected)  # the first step: no momentum yet
     cfg.async_rule = "plain"
     x = torch.zeros(1)
-    AsyncSGD(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
+    rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
     assert x.item() == pytest.approx(-0.5)
 
 
@@ -75,7 +77,7 @@ def test_the_momentum_asynchrony_adds_is_taken_out_of_the_explicit_one():
     cfg = PSConfig(data="x", mode="async", async_rule="staleness", momentum=0.9, lr=1.0,
                    batch_size=256, weight_decay=0.0)
     x = torch.zeros(1)
-    rule = AsyncSGD(cfg, [x], 2)
+    rule = rule_class(cfg)(cfg, [x], 2)
     rule.apply_push([torch.ones(1)], 1.0, 1, 2)
     rule.apply_push([torch.full((1,), 2.0)], 1.0, 1, 2)
     assert x.item() == pytest.approx(-1.0 - (0.8 * 1.0 + 2.0))
@@ -86,11 +88,11 @@ def esync_on_quadratics(targets, local_steps, average: str, rounds: int = 400,
                         local_lr: float = 0.01) -> float:
     """ESync rounds on 1-d quadratics: worker i minimises 0.5 (x - targets[i])^2 with
     local_steps[r][i] plain SGD steps in round r (from the state service's scripted profile),
-    pushes esync_pushed_delta of its delta, and the server applies the real ESyncAverage to
+    pushes its average's pushed_delta of its delta, and the server applies the real rule to
     the round's sums (RoundSums, as server.py does). Returns where x ends up."""
     cfg = PSConfig(data="x", mode="esync", esync_average=average, global_lr=1.0)
     x = torch.zeros(1, dtype=torch.float64)
-    server = ESyncAverage(cfg, [x], len(targets))
+    server = rule_class(cfg)(cfg, [x], len(targets))
     for r in range(rounds):
         steps = local_steps[min(r, len(local_steps) - 1)]
         sums = RoundSums([x])
@@ -98,7 +100,7 @@ def esync_on_quadratics(targets, local_steps, average: str, rounds: int = 400,
             local = x.clone()
             for _ in range(taken):
                 local -= local_lr * (local - target)
-            sums.add(esync_pushed_delta([local - x], taken, cfg), taken)
+            sums.add(type(server).pushed_delta([local - x], taken), taken)
         server.apply_round(sums.sums, sums.pushes, 1.0, sums.mean_steps())
     return x.item()
 
@@ -155,3 +157,17 @@ def test_a_worker_told_to_stop_ends_cleanly_when_the_server_is_gone_before_its_g
     worker._call = lambda fn, *args: [2]  # the answer names the workers lost meanwhile
     worker.leave()
     assert worker.lost_peers == [2] and not worker.server_gone
+
+
+def test_each_option_picks_its_registered_rule():
+    """--async-rule and --esync-average name classes (registered in update_rules), so a rule is
+    a subclass with its own docstring, not a branch."""
+    assert rule_class(PSConfig(data="x", mode="async", async_rule="plain")) is AsyncSGD
+    assert rule_class(PSConfig(data="x", mode="async")) is StalenessAwareAsyncSGD  # the default
+    assert rule_class(PSConfig(data="x", mode="esync")) is ESyncMean  # the default
+    for rule in ASYNC_RULES:
+        assert rule_class(PSConfig(data="x", mode="async", async_rule=rule)) is ASYNC_RULES[rule]
+    for average in ESYNC_AVERAGES:
+        cfg = PSConfig(data="x", mode="esync", esync_average=average)
+        assert rule_class(cfg) is ESYNC_AVERAGES[average]
+    assert rule_class(PSConfig(data="x", mode="sync")).__name__ == "SyncSGD"

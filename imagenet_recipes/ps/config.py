@@ -70,13 +70,13 @@ class PSConfig(TrainConfig):
         help="esync: momentum of the workers' local SGD (default: --momentum; the authors' "
              "code uses 0)"))
     esync_average: str = field(default="mean", metadata=opt(
-        PARAMETER_SERVER, "--esync-average", choices=ESYNC_AVERAGES,
+        PARAMETER_SERVER, "--esync-average", choices=tuple(ESYNC_AVERAGES),
         help="esync: how the server averages the workers' deltas. mean: their plain mean (the "
              "authors'; a worker that took more local steps weighs more); normalized: "
              "FedNova's, each delta divided by its local step count and the mean scaled by "
              "the mean step count, so every worker counts once"))
     async_rule: str = field(default="staleness", metadata=opt(
-        PARAMETER_SERVER, "--async-rule", choices=ASYNC_RULES,
+        PARAMETER_SERVER, "--async-rule", choices=tuple(ASYNC_RULES),
         help="async: how the server applies a gradient. staleness: at the lr divided by the "
              "gradient's staleness (updates made since its weights were pulled) and with "
              "--momentum lowered by what asynchrony adds (1 - 1/workers); plain: at the lr "

@@ -26,7 +26,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from . import wire
-from .update_rules import RULES
+from .update_rules import rule_class
 
 
 def split_by_size(sizes: Sequence[int], shards: int) -> List[List[int]]:
@@ -130,7 +130,7 @@ class ShardServer:
     def load(self, params: List[torch.Tensor], optimizer_state: dict, step: int) -> None:
         with self.lock:
             self.params = [p.clone() for p in params]
-            self.rule = RULES[self.cfg.mode](self.cfg, self.params, self.workers)
+            self.rule = rule_class(self.cfg)(self.cfg, self.params, self.workers)
             self.rule.load_state_dict(optimizer_state)
             self.step = step
 

@@ -2,13 +2,16 @@
 
     sync   a round of N gradients -> SGD on their mean: the same update as DDP with N ranks
     esync  a round of N model deltas (each worker's local progress since the round began) ->
-           the global model moves by --global-lr times their mean (--esync-average mean), or
-           by FedNova's normalised average (normalized); the workers' own SGD (at --local-lr)
-           made the deltas, so the server keeps no optimizer
+           the global model moves by --global-lr times their mean (--esync-average mean:
+           ESyncMean), or by FedNova's normalised average (normalized: ESyncNormalized); the
+           workers' own SGD (at --local-lr) made the deltas, so the server keeps no optimizer
     async  every single gradient -> one SGD step at once, with the weights as they are now:
-           at the schedule's rate and --momentum (--async-rule plain), or at a rate divided
-           by the gradient's staleness and with the momentum asynchrony adds taken out
-           (staleness)
+           at the schedule's rate and --momentum (--async-rule plain: AsyncSGD), or at a rate
+           divided by the gradient's staleness and with the momentum asynchrony adds taken out
+           (staleness: StalenessAwareAsyncSGD)
+
+rule_class(cfg) picks the class; each mode's rules are registered by name (ASYNC_RULES,
+ESYNC_AVERAGES), so a rule is a subclass, not a branch.
 
 The server calls these under its lock; they never touch RPC, logging or counters.
 """
@@ -90,43 +93,45 @@ class SyncSGD(UpdateRule):
         self._sgd_step([g.div_(n) for g in summed], lr_multiplier)
 
 
-ESYNC_AVERAGES = ("mean", "normalized")
-
-
-def esync_pushed_delta(delta: List[torch.Tensor], local_steps: int, cfg) -> List[torch.Tensor]:
-    """What an ESync worker sends for its round: its model delta, or (normalized) the delta
-    per local step, which the server's average then scales back by the round's mean step
-    count (the workers' momentum buffers carry over from round to round, so the step count,
-    not FedNova's momentum-reset norm, is what sets the deltas' sizes apart)."""
-    if cfg.esync_average == "normalized":
-        return [d.div_(max(1, local_steps)) for d in delta]
-    return delta
-
-
-class ESyncAverage(UpdateRule):
-    """mean: the deltas' plain mean (the ESync authors'). A worker that took 4 local steps
-    then counts 4 times as much as one that took 1, so with uneven speeds the model drifts
-    toward the fast workers' objective (FedNova: J. Wang, Q. Liu, H. Liang, G. Joshi, H. V.
-    Poor, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
-    Optimization", NeurIPS 2020). normalized: FedNova's rule with equal weights, each delta
-    divided by its step count (by the worker, esync_pushed_delta) and their mean multiplied
-    by the mean step count, so each worker counts once and the step size stays that of the
-    mean."""
+class ESyncMean(UpdateRule):
+    """--esync-average mean: the deltas' plain mean (the ESync authors'). A worker that took 4
+    local steps then counts 4 times as much as one that took 1, so with uneven speeds the model
+    drifts toward the fast workers' objective (FedNova: J. Wang, Q. Liu, H. Liang, G. Joshi, H.
+    V. Poor, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
+    Optimization", NeurIPS 2020)."""
 
     def initial_lr(self, cfg, workers: int) -> float:
         # The logged lr is the workers' local one: the server only averages.
         return esync_local_lr(cfg)
 
+    @staticmethod
+    def pushed_delta(delta: List[torch.Tensor], local_steps: int) -> List[torch.Tensor]:
+        """What a worker sends for its round of `local_steps` steps: its model delta."""
+        return delta
+
+    def round_scale(self, n: int, mean_steps: float) -> float:
+        return self.cfg.global_lr / n
+
     @torch.no_grad()
     def apply_round(self, summed, n, lr_multiplier, mean_steps=1.0):
-        scale = self.cfg.global_lr / n
-        if self.cfg.esync_average == "normalized":
-            scale *= mean_steps
+        scale = self.round_scale(n, mean_steps)
         for p, delta in zip(self.params, summed):
             p.add_(delta, alpha=scale)
 
 
-ASYNC_RULES = ("plain", "staleness")
+class ESyncNormalized(ESyncMean):
+    """--esync-average normalized: FedNova's rule with equal weights. Each worker sends its delta
+    per local step, and the server multiplies their mean by the round's mean step count, so
+    each worker counts once and the step size stays that of the mean (the workers' momentum
+    buffers carry over from round to round, so the step count, not FedNova's momentum-reset
+    norm, is what sets the deltas' sizes apart)."""
+
+    @staticmethod
+    def pushed_delta(delta, local_steps):
+        return [d.div_(max(1, local_steps)) for d in delta]
+
+    def round_scale(self, n, mean_steps):
+        return super().round_scale(n, mean_steps) * mean_steps
 
 
 def async_momentum(momentum: float, workers: int) -> float:
@@ -140,11 +145,8 @@ def async_momentum(momentum: float, workers: int) -> float:
 
 
 class AsyncSGD(UpdateRule):
-    """plain: SGD at the schedule's rate with --momentum, whatever the gradient's age.
-    staleness: the rate divided by the gradient's staleness (the updates other workers made
-    since its weights were pulled; 0 and 1 keep the full rate), as in W. Zhang, S. Gupta, X.
-    Lian, J. Liu, "Staleness-aware Async-SGD for Distributed Deep Learning", IJCAI 2016, and the
-    momentum corrected for the workers' count (async_momentum)."""
+    """--async-rule plain: SGD at the schedule's rate with --momentum, whatever the gradient's
+    age."""
 
     def initial_lr(self, cfg, workers: int) -> float:
         return scaled_lr(cfg, cfg.batch_size)  # each update is one worker's batch of b
@@ -155,11 +157,33 @@ class AsyncSGD(UpdateRule):
 
     @torch.no_grad()
     def apply_push(self, grads, lr_multiplier, staleness=0, workers=1):
-        if self.cfg.async_rule == "staleness":
-            lr_multiplier /= max(1, staleness)
-            for group in self.optimizer.param_groups:
-                group["momentum"] = async_momentum(self.cfg.momentum, workers)
         self._sgd_step(grads, lr_multiplier)
 
 
-RULES = {"sync": SyncSGD, "esync": ESyncAverage, "async": AsyncSGD}
+class StalenessAwareAsyncSGD(AsyncSGD):
+    """--async-rule staleness (the default): the rate divided by the gradient's staleness (the
+    updates other workers made since its weights were pulled; 0 and 1 keep the full rate), as
+    in W. Zhang, S. Gupta, X. Lian, J. Liu, "Staleness-aware Async-SGD for Distributed Deep
+    Learning", IJCAI 2016, and the momentum corrected for the workers' count
+    (async_momentum)."""
+
+    @torch.no_grad()
+    def apply_push(self, grads, lr_multiplier, staleness=0, workers=1):
+        for group in self.optimizer.param_groups:
+            group["momentum"] = async_momentum(self.cfg.momentum, workers)
+        super().apply_push(grads, lr_multiplier / max(1, staleness), staleness, workers)
+
+
+# Each mode's rules by the name its option gives (--async-rule, --esync-average): a new rule is
+# a subclass registered here, never a branch in the server.
+ASYNC_RULES = {"plain": AsyncSGD, "staleness": StalenessAwareAsyncSGD}
+ESYNC_AVERAGES = {"mean": ESyncMean, "normalized": ESyncNormalized}
+
+
+def rule_class(cfg) -> type:
+    """The UpdateRule subclass of cfg's --mode and, within it, of its rule."""
+    if cfg.mode == "async":
+        return ASYNC_RULES[cfg.async_rule]
+    if cfg.mode == "esync":
+        return ESYNC_AVERAGES[cfg.esync_average]
+    return SyncSGD

@@ -31,7 +31,7 @@ from ..precision import Precision
 from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
-from .update_rules import esync_local_optimizer, esync_pushed_delta
+from .update_rules import ESYNC_AVERAGES, esync_local_optimizer
 
 
 def worker_shard(index: int, workers: int, split: str) -> Shard:
@@ -307,9 +307,9 @@ class Worker:
                 totals["data_time"] += data_time
                 local_steps += 1
             with torch.no_grad():
-                delta = esync_pushed_delta(
+                delta = ESYNC_AVERAGES[self.cfg.esync_average].pushed_delta(
                     [p.detach().cpu() - p0 for p, p0 in zip(self.trained, start_params)],
-                    local_steps, self.cfg)
+                    local_steps)
             totals.update(local_steps=local_steps, comm_time=comm, wait_time=wait)
             control = self._push(srv.push_round, delta, totals)
             comm = control["comm_time"] + query_time
