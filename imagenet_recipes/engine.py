@@ -253,7 +253,7 @@ class Trainer:
         best_path = self.run_dir / checkpoint.BEST
         entry = ENTRIES.get(self.entry)  # None for a tool's own Trainer
         evaluate = summary.evaluate_command(entry.launcher, entry.script, best_path,
-                                            self.cfg.data) if entry else None
+                                            self.cfg.data, sys.argv[0]) if entry else None
         best_ema = self.best_ema if self.ema is not None else None
         lifecycle.write_end_record(
             self.log, self.epoch, self.step, self.best.top1, reason,

@@ -64,15 +64,32 @@ def append_csv_row(run_dir: Path, row: Dict[str, float]) -> None:
 ENV_SH = "RECIPES_ENV_SH"
 
 
-def evaluate_command(launcher: str, script: str, best: Path, data: Optional[str]) -> str:
+def evaluate_command(launcher: str, script: str, best: Path, data: Optional[str],
+                     ran: Optional[str] = None) -> str:
     """The command that scores `best` as this run validated it, on one process (`-e` takes
     the model, sizes, precision and layout from the run that wrote the checkpoint), to type
-    into the shell the run was started from."""
+    into the shell the run was started from. `ran`: the script this process runs
+    (sys.argv[0]), whose clone holds `script`."""
     start = {"python": ["python"], "torchrun": ["torchrun", "--nproc_per_node=1"],
              "horovodrun": ["horovodrun", "-np", "1", "python"]}.get(launcher, ["python"])
     through = [os.environ[ENV_SH]] if os.environ.get(ENV_SH) else []
-    words = [*through, *start, script, "-e", "--resume", str(best)]
+    words = [*through, *start, shown_script(script, ran), "-e", "--resume", str(best)]
     return shlex.join(words + ([data] if data else []))
+
+
+def shown_script(script: str, ran: Optional[str]) -> str:
+    """An entry script (train/nd.py) as a path to type in the current folder: relative where
+    the clone is below it (the repository root: train/nd.py, as the README shows it), else
+    absolute. Found beside `ran` (train/ and experiments/ are both one folder below the root);
+    `script` as it is when that clone has no such file (a tool's or a test's own process)."""
+    if ran:
+        path = Path(ran).resolve().parent.parent / script
+        if path.is_file():
+            try:
+                return str(path.relative_to(Path.cwd().resolve()))
+            except ValueError:
+                return str(path)
+    return script
 
 
 def closing_lines(reason: str, epochs_done: int, seconds: float, samples: int,

@@ -506,6 +506,33 @@ def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost(
     assert "no validation" in closing_lines("finished", 0, 0.0, 0, Best(), None, None, None)[0]
 
 
+def test_the_evaluate_command_names_the_script_as_the_shell_it_was_run_from_finds_it(
+        tmp_path, monkeypatch):
+    """From the repository root train/nd.py, as the README types it; from any other folder the
+    script's absolute path (the clone found beside the script the run ran: train/ or
+    experiments/), so that the printed command runs where it was printed."""
+    from imagenet_recipes.summary import evaluate_command
+
+    clone = tmp_path / "clone"
+    for script in ("train/nd.py", "train/ddp.py", "experiments/slow_ddp.py"):
+        (clone / script).parent.mkdir(parents=True, exist_ok=True)
+        (clone / script).write_text("")
+    best = tmp_path / "run" / "model_best.pth"
+    monkeypatch.delenv("RECIPES_ENV_SH", raising=False)
+    monkeypatch.chdir(clone)
+    assert evaluate_command("python", "train/nd.py", best, "data", "train/nd.py") == \
+        f"python train/nd.py -e --resume {best} data"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert evaluate_command("torchrun", "train/ddp.py", best, None,
+                            str(clone / "experiments/slow_ddp.py")) == \
+        f"torchrun --nproc_per_node=1 {clone / 'train/ddp.py'} -e --resume {best}"
+    # a process that is no entry script of a clone (a tool's, a test's): the registry's path
+    assert evaluate_command("python", "train/nd.py", best, None, "/usr/lib/pytest/__main__.py") \
+        == f"python train/nd.py -e --resume {best}"
+
+
 def test_the_default_loader_workers_are_every_core_but_one_per_process():
     """-j -1 (the default): each process's share of the cores, one left for the process itself,
     with no fixed cap (an H100 with 16 cores was fed 0.72x its training rate by 8 workers)."""
