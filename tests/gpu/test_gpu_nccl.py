@@ -23,6 +23,8 @@ def two_gpus():
                     "over gloo)")
 
 
+@pytest.mark.skipif(SIMULATED, reason="on the CPU this is the ranks group's validation check (2 "
+                    "ranks over gloo on one device), which the simulation runs")
 def test_nccl_ranks_validate_exactly(runs, images, saw):
     log = train(runs, "nccl-train", "ddp.py", [*SMALL, images], nproc=RANKS)
     assert log["run"][0]["backend"] == expected_backend()
