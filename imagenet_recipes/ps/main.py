@@ -84,8 +84,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         precision=precision.describe(), global_batch=cfg.batch_size * workers, lr=server.base_lr,
         num_classes=num_classes, device=str(device))
     servers = "server" if cfg.num_servers == 1 else f"{cfg.num_servers} servers"
-    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, {servers} + {workers} workers "
-              f"(split {cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
+    log.print(f"=> ps ({cfg.mode}): {cfg.arch}, {servers} + {workers} workers (split "
+              f"{cfg.split}), batch {cfg.batch_size} per worker, seed {cfg.seed}; logging to "
               f"{run_dir}")
     server.failure_monitor().start()
     server.finished.wait()
