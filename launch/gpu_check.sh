@@ -15,8 +15,9 @@
 # as "stopped" and kills every process it started. --jobs N (GPU_CHECK_JOBS) runs N groups side
 # by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
 # --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
-# the first entry script, ...): every check's code once, in about 60 % of the time; the CPU suite
-# simulates the tier that way, since it tests each parameter's feature on its own.
+# the first entry script, ...): every check's code once (the CPU simulation of all groups took
+# 112 s against 176; not yet timed on a GPU). The CPU suite simulates the tier that way, since it
+# tests each parameter's feature on its own.
 #
 # DIR receives checks.jsonl (a line describing the machine, then one line per finished check,
 # written as each finishes), output.log (the runs' output) and runs.jsonl (their log records); no
