@@ -586,3 +586,40 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
     assert cores >= 1
     printed = [line for line in capsys.readouterr().out.splitlines() if "note: waited" in line]
     assert len(printed) == 1
+
+
+def test_ddp_gradients_are_views_into_its_buckets_and_every_step_the_same_math(tmp_path,
+                                                                             monkeypatch):
+    """DDP keeps each gradient as a view into its all-reduce bucket (gradient_as_bucket_view):
+    no copy between the buckets and .grad after each all-reduce, and one gradient-sized
+    allocation less. Run in this process as a world of one (gloo); the exact parity of the
+    weights with nd.py is test_parity's (float64, two ranks)."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from imagenet_recipes.engine import Trainer
+    from imagenet_recipes.strategies import DDPStrategy
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
+                      "--device", "cpu", "--logdir", str(tmp_path), "--synthetic-train-size",
+                      "8", "--synthetic-val-size", "4"], entry="ddp")
+    trainer = Trainer(cfg, DDPStrategy.from_config(cfg), "ddp")
+    trainer.setup()
+    try:
+        strategy = trainer.strategy
+        assert strategy.wrapper.gradient_as_bucket_view
+        images, targets = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+        for _ in range(2):  # the second backward starts from grads set to None by zero_grad
+            model = strategy.train_model()
+            strategy.backward(F.cross_entropy(model(images), targets))
+            grads = [p.grad for p in strategy.module.parameters()]
+            storages = {g.untyped_storage().data_ptr() for g in grads}
+            # every parameter's gradient lives in one of a few buckets, not in its own tensor
+            assert all(g is not None for g in grads) and len(storages) < len(grads) / 10
+            strategy.optimizer_step(trainer.optimizer)
+            trainer.optimizer.zero_grad()
+    finally:
+        trainer.close()
+    assert not dist.is_initialized()
