@@ -93,6 +93,72 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
         assert f"| {name} [1] |" in text
 
 
+STAND_IN_TIMM_BENCHMARK = r"""
+import argparse, json
+p = argparse.ArgumentParser()
+for flag in ("--bench", "--model", "--amp-dtype", "-b", "--img-size", "--num-classes",
+             "--device", "--num-warm-iter", "--num-bench-iter"):
+    p.add_argument(flag)
+for flag in ("--amp", "--channels-last", "--no-retry"):
+    p.add_argument(flag, action="store_true")
+p.add_argument("--torchcompile", nargs="?", const="inductor")
+a = p.parse_args()
+assert a.bench == "train" and a.amp and a.channels_last and a.num_bench_iter == "4"
+print("Running train benchmark on", a.model)
+print("--result\n" + json.dumps({"model": a.model, "train_samples_per_sec":
+                                 234.5 if a.torchcompile else 123.4}, indent=4))
+"""
+
+
+@pytest.mark.slow
+def test_on_a_cpu_the_causes_group_changes_one_thing_per_row(tmp_path):
+    """What DDP's cost on one GPU and the gap to timm's benchmark are made of: the step with
+    one thing changed (DDP in a world of one with each option, no loss scaler, timm's work),
+    and nd.py under torchrun; the DDP variants do the same math as the plain step."""
+    record_path = tmp_path / "causes.json"
+    tiny = [*TINY, "--amp-dtype", "float16"]  # the loss scaler runs: what two rows remove
+    proc = run_tool("gpu", *tiny, "--only", "step-eager,nd-torchrun", "--json", record_path,
+                    "--out", tmp_path / "out", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
+    assert list(rows) == ["nd-synthetic", "step-plain", "step-no-scaler", "step-timm-work",
+                          "step-ddp", "step-ddp-bucket-view", "step-ddp-no-broadcast",
+                          "nd-torchrun"]
+    for name, row in rows.items():
+        assert row["status"] == "ok" and row["img_s"] > 0, row
+        if name != "step-plain" and name.startswith("step-"):
+            assert row["reference"] == "step-plain"
+            assert row["ratio"] == pytest.approx(row["img_s"] / rows["step-plain"]["img_s"])
+    for name in ("step-ddp", "step-ddp-bucket-view", "step-ddp-no-broadcast"):
+        assert rows[name]["detail"]["max_weight_diff"] == 0, name  # DDP adds no math
+    for name in ("step-no-scaler", "step-timm-work"):  # other work: no parity claimed
+        assert rows[name]["detail"]["max_weight_diff"] is None
+    assert rows["nd-torchrun"]["reference"] == "nd-synthetic"
+    assert rows["nd-torchrun"]["config"].startswith("torchrun --nproc_per_node=1 train/nd.py")
+    run = [json.loads(line) for line in
+           (tmp_path / "out/runs/nd-torchrun/log.jsonl").read_text().splitlines()][0]
+    assert run["entry"] == "nd" and run["world_size"] == 1
+
+
+def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work(tmp_path):
+    script = tmp_path / "benchmark.py"
+    script.write_text(STAND_IN_TIMM_BENCHMARK)
+    args = gpu.parse_cli([*TINY, "--timm-benchmark", str(script)])
+    unit = gpu.UNITS["timm-benchmark"]
+    assert unit.needs == ("step-eager", "step-compiled")
+    rows = gpu.measure_timm_benchmark(gpu.Context(args, tmp_path / "out"), unit)
+    assert [(r["name"], r["img_s"], r["reference"]) for r in rows] == [
+        ("timm-benchmark", 123.4, "step-timm-work"),
+        ("timm-benchmark-compiled", 234.5, "step-compiled-timm-work")]
+    assert "--torchcompile" in rows[1]["config"] and "--torchcompile" not in rows[0]["config"]
+    assert "Running train benchmark" in (tmp_path / "out/timm-benchmark.console.txt").read_text()
+    # not given: the unit is skipped, saying so
+    with pytest.raises(gpu.Skip, match="--timm-benchmark"):
+        gpu.measure_timm_benchmark(gpu.Context(gpu.parse_cli(TINY), tmp_path), unit)
+    with pytest.raises(gpu.Failure, match="no --result"):
+        gpu.timm_benchmark_rate("Running train benchmark\n")
+
+
 @pytest.mark.slow
 def test_strict_exits_1_when_a_target_is_missed(tmp_path):
     record_path = tmp_path / "r.json"

@@ -29,6 +29,7 @@ import contextlib
 import copy
 import itertools
 import time
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -129,9 +130,16 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
 
 
 class BareLoop:
-    """The training step a user writes by hand, on its own copy of the Trainer's model."""
+    """The training step a user writes by hand, on its own copy of the Trainer's model.
 
-    def __init__(self, trainer: Trainer):
+    By default it does the engine's math. bench.step_variants changes one thing at a time:
+    `loss_scaling=False` drops the GradScaler, `weight_decay` replaces the recipe's, `ddp`
+    wraps the model in torch's DistributedDataParallel with these options (a process group
+    must exist), `compile` overrides --compile."""
+
+    def __init__(self, trainer: Trainer, *, loss_scaling: bool = True,
+                 weight_decay: Optional[float] = None, ddp: Optional[dict] = None,
+                 compile: Optional[bool] = None):
         # Copied before the engine trains, so both sides start from identical weights.
         self.model = copy.deepcopy(trainer.strategy.module)
         precision, cfg = trainer.precision, trainer.cfg
@@ -144,15 +152,25 @@ class BareLoop:
                                  for p in params if p.dtype != torch.float32]
             master = {id(p): m for p, m in self.master_pairs}
             params = [master.get(id(p), p) for p in params]
-        self.optimizer = torch.optim.SGD(params, lr=trainer.lr, momentum=cfg.momentum,
-                                         weight_decay=cfg.weight_decay)
-        scaled = self.half is torch.float16 and self.opt_level in ("O1", "O2")
+        self.optimizer = torch.optim.SGD(
+            params, lr=trainer.lr, momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay if weight_decay is None else weight_decay)
+        scaled = (loss_scaling and self.half is torch.float16
+                  and self.opt_level in ("O1", "O2"))
         self.scaler = torch.amp.GradScaler(trainer.device.type, enabled=scaled)
         self.device_type = trainer.device.type
-        # What a user compiles: the module, after the masters above took its parameters (the
-        # compiled wrapper shares them). `self.model` stays the plain module, as the engine's
-        # strategy.module does, so weights compare module to module.
-        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        # What a user compiles: the module (inside DDP, as torch's DDP + compile guide has
+        # it), after the masters above took its parameters (the compiled wrapper shares them).
+        # `self.model` stays the plain module, as the engine's strategy.module does, so
+        # weights compare module to module.
+        self.forward = self.model
+        if ddp is not None:
+            device = trainer.device
+            self.forward = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None,
+                **ddp)
+        if cfg.compile if compile is None else compile:
+            self.forward = torch.compile(self.forward)
 
     def train(self, batches) -> None:
         self.model.train()

@@ -4,16 +4,19 @@
     launch/env.sh python -m imagenet_recipes.bench.gpu --group loop    --json runs/bench_gpu/loop.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --group compile --json runs/bench_gpu/compile.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --group scripts --json runs/bench_gpu/scripts.json
-    launch/env.sh python -m imagenet_recipes.bench.gpu --group peers --timm train.py \
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group peers --timm train.py \\
         --torchvision vision/references/classification/train.py --json runs/bench_gpu/peers.json
+    launch/env.sh python -m imagenet_recipes.bench.gpu --group causes --timm-benchmark benchmark.py \\
+        --json runs/bench_gpu/causes.json
     launch/env.sh python -m imagenet_recipes.bench.gpu --device cpu -a resnet18 --image-size 32 -b 4 --steps 2 \\
         --warmup 1 --repeats 2 --amp-dtype bfloat16 --only O1-bf16,ddp-1rank   # the tool, on a CPU
 
 Each group is meant to fit one 10-minute call on one H100 (a GPU machine's limit per command):
-by estimate about 2, 4, 3 and 6 minutes, not yet timed on a GPU; the four together measure every
-row. A unit is one measurement and gives one or two rows; --only names units (--group and --only
-together: both sets), and a unit whose targets compare with another unit's rows brings that
-unit along, so every target of a record is judged within it.
+loop 1.6 and compile 1.1 minutes as timed on an H100 (scripts, peers and causes by estimate
+about 3, 6 and 4 minutes, not yet timed on one); together they measure every row. A unit is one
+measurement and gives one or more rows; --only names units (--group and --only together: both
+sets), and a unit whose targets or ratios compare with another unit's rows brings that unit
+along, so every target of a record is judged within it.
 
   loop     (bench.bare_loop, in this process) the engine's train step against a hand-written
            PyTorch loop with the same model, precision and optimizer, on the same batches
@@ -33,6 +36,13 @@ unit along, so every target of a record is judged within it.
            fetched by you (--timm, --torchvision; bench.e2e's --help says from where); a
            peer not given is not run. img/s: the steady state (epochs 2 and later); the
            targets compare whole runs, start to exit.
+  causes   where a gap between two loops goes (bench.step_variants, in this process): the
+           hand-written step with one thing changed, in turns, eager and compiled (no loss
+           scaler; timm's benchmark work: no loss scaler and no weight decay; DDP in a world of
+           one with torch's defaults, with gradient_as_bucket_view, without the buffer
+           broadcast); train/nd.py under torchrun (the launcher without DDP); and timm's own
+           benchmark.py --bench train --amp --channels-last, eager and --torchcompile (fetched
+           by you: --timm-benchmark), beside the step doing the same work.
 
 img/s: pairs, the median of --repeats rounds of --steps steps after --warmup steps; nd and DDP,
 the median of --repeats log intervals of --steps steps after the warm-up interval(s); loaders,
@@ -78,6 +88,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from imagenet_recipes.bench import step_variants
 from imagenet_recipes.bench.common import REPO, installed, shown_command, shown_commit
 from imagenet_recipes.bench.render import render
 
@@ -93,6 +104,9 @@ TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}"
 PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
              "nd dali-gpu": "peers-nd-dali-gpu", "timm fast": "peers-timm",
              "torchvision reference": "peers-torchvision"}
+# timm's benchmark.py rows -> the hand-written step doing the same work
+TIMM_BENCHMARK_REFERENCE = {"timm-benchmark": "step-timm-work",
+                            "timm-benchmark-compiled": "step-compiled-timm-work"}
 # The loader rows count over this many intervals of (workers x prefetch_factor) batches.
 LOADER_WINDOW = 10
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
@@ -135,6 +149,17 @@ def _units() -> Dict[str, Unit]:
         Unit("peers", "peers", tuple(PEER_ROWS.values()),
              "bench.e2e: train/nd.py against timm's and torchvision's train.py on the same "
              "generated JPEGs"),
+        Unit("step-eager", "causes", tuple(v.name for v in step_variants.EAGER),
+             "the hand-written step with one thing changed, in turns: no loss scaler, "
+             "timm's benchmark work, DDP in a world of one and its options"),
+        Unit("step-compiled", "causes", tuple(v.name for v in step_variants.COMPILED),
+             "the same, torch.compile'd: no loss scaler, timm's benchmark work"),
+        Unit("nd-torchrun", "causes", ("nd-torchrun",),
+             "torchrun --nproc_per_node=1 train/nd.py --dummy: the launcher, no DDP",
+             needs=("nd-synthetic",)),
+        Unit("timm-benchmark", "causes", ("timm-benchmark", "timm-benchmark-compiled"),
+             "timm's benchmark.py --bench train --amp --channels-last, eager and "
+             "--torchcompile (--timm-benchmark)", needs=("step-eager", "step-compiled")),
     ]
     return {u.name: u for u in units}
 
@@ -195,6 +220,8 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="seconds an entry script's run may take (default: %(default)s)")
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
                    "(default: git's)")
+    p.add_argument("--timm-benchmark", type=Path, metavar="PATH",
+                   help="timm's benchmark.py, fetched by you (the timm-benchmark unit)")
     peers = p.add_argument_group("peers (bench.e2e)")
     peers.add_argument("--timm", type=Path, help="timm's train.py, fetched by you")
     peers.add_argument("--torchvision", type=Path,
@@ -363,11 +390,14 @@ def reference_of(row: str) -> Optional[str]:
     """The row a row's ratio compares with (what its method differs from in one thing)."""
     if row.startswith("engine-"):
         return "bare-" + row[len("engine-"):]
-    if row in ("ddp-1rank", "pytorch-loader", "gpu-decode", "dali-gpu"):
+    if row in ("ddp-1rank", "pytorch-loader", "gpu-decode", "dali-gpu", "nd-torchrun"):
         return "nd-synthetic"
     if row.startswith("peers-nd-"):
         return "peers-timm"
-    return None
+    for variants in step_variants.SETS.values():
+        if row in [v.name for v in variants[1:]]:
+            return variants[0].name
+    return TIMM_BENCHMARK_REFERENCE.get(row)
 
 
 def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
@@ -414,18 +444,33 @@ def missed(rows: List[dict]) -> List[str]:
 
 
 # --- the pairs: bench.bare_loop in this process ----------------------------------------------
-def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
-                 compile_: bool) -> List[dict]:
-    import torch
-
+def loop_args(args: argparse.Namespace, level: str, dtype: str,
+              compile_: bool) -> argparse.Namespace:
+    """bench.bare_loop's arguments for this tool's sizes, channels_last."""
     from imagenet_recipes.bench import bare_loop as loop
-    from imagenet_recipes.config import UsageError
 
-    largs = loop.parse_cli([
+    return loop.parse_cli([
         "-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--repeats", str(args.repeats),
         "--opt-level", level, "--amp-dtype", dtype, "--device", args.device, "--channels-last",
         *(["--compile"] if compile_ else [])])
+
+
+def release_device(device: str) -> None:
+    """What a unit measured in this process is gone before the next one starts."""
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
+                 compile_: bool) -> List[dict]:
+    from imagenet_recipes.bench import bare_loop as loop
+    from imagenet_recipes.config import UsageError
+
+    largs = loop_args(args, level, dtype, compile_)
     with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
         try:
             trainer = loop.build_trainer(largs, logdir)
@@ -443,9 +488,7 @@ def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
         finally:
             trainer.close()
     del trainer, bare, batches
-    gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    release_device(args.device)
 
     def peak(side: str) -> Optional[int]:
         values = [r[f"{side}_peak_bytes"] for r in rounds if f"{side}_peak_bytes" in r]
@@ -463,6 +506,31 @@ def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
                 peak_bytes=peak("engine"), round_ratios=[r["ratio"] for r in rounds],
                 max_weight_diff=weight_diff),
     ]
+
+
+def measure_variants(args: argparse.Namespace, unit: Unit) -> List[dict]:
+    """bench.step_variants in this process: the step with one thing changed, O1 in
+    --amp-dtype, each variant against the unit's first (its reference)."""
+    from imagenet_recipes.bench import bare_loop as loop
+
+    compiled = unit.name == "step-compiled"
+    largs = loop_args(args, "O1", args.amp_dtype, compiled)
+    variants = step_variants.SETS["compiled" if compiled else "eager"]
+    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
+        trainer = loop.build_trainer(largs, logdir)
+        try:
+            batches = loop.make_batches(max(args.steps, args.warmup), args.batch_size,
+                                        args.image_size, trainer.num_classes, trainer.device,
+                                        True)
+            results = step_variants.measure(largs, trainer, variants, batches)
+        finally:
+            trainer.close()
+    del trainer, batches
+    release_device(args.device)
+    config = workload(args, "O1", args.amp_dtype) + (", torch.compile" if compiled else "")
+    return [new_row(r["name"], unit.name, f"{r['what']}: {config}", r["img_s"], r["repeats"],
+                    reference=r["reference"], max_weight_diff=r["max_weight_diff"])
+            for r in results]
 
 
 # --- the entry scripts --------------------------------------------------------------------------
@@ -488,14 +556,16 @@ def run_logged(ctx: Context, name: str, what: str, cmd: List[str], timeout: floa
         raise Failure(f"{what} exit {code}: {' / '.join(tail)[-400:]} (console: {console})")
 
 
-def run_entry(ctx: Context, name: str, entry: str, flags: List[str]) -> tuple:
-    """An entry script run as a user runs it (torchrun with one process for DDP), through
-    bench.gpu_entry for its peak memory. -> (its log records by kind, peak bytes or None)."""
+def run_entry(ctx: Context, name: str, entry: str, flags: List[str],
+              launcher: Optional[str] = None) -> tuple:
+    """An entry script run as a user runs it (torchrun with one process for DDP; `launcher`
+    overrides the registry's), through bench.gpu_entry for its peak memory. -> (its log
+    records by kind, peak bytes or None)."""
     from imagenet_recipes.bench.common import read_log, registry
 
     e = registry().ENTRIES[entry]
     wrapped = ["-m", "imagenet_recipes.bench.gpu_entry", str(REPO / e.script)]
-    if e.launcher == "python":
+    if (launcher or e.launcher) == "python":
         cmd = [sys.executable, *wrapped]
     else:  # torchrun: the launcher the registry names for ddp
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -527,21 +597,24 @@ def common_flags(args: argparse.Namespace) -> List[str]:
             "--device", args.device, "--epochs", "1"]
 
 
-def measure_synthetic(ctx: Context, unit: Unit, entry: str) -> List[dict]:
+def measure_synthetic(ctx: Context, unit: Unit, entry: str,
+                      launcher: Optional[str] = None) -> List[dict]:
     """nd.py or DDP on one process, --dummy: the median img/s of --repeats log intervals of
-    --steps steps, after the warm-up interval(s) (start-up, cuDNN's autotuning)."""
+    --steps steps, after the warm-up interval(s) (start-up, cuDNN's autotuning). `launcher`
+    "torchrun": nd.py started as DDP is, without DDP."""
     args = ctx.args
     warm = max(1, math.ceil(args.warmup / args.steps))
     flags = [*common_flags(args), "--dummy", "-p", str(args.steps),
              "--synthetic-train-size", str(args.batch_size * args.steps * (warm + args.repeats)),
              "--synthetic-val-size", str(args.batch_size)]
-    log, peak = run_entry(ctx, unit.name, entry, flags)
+    log, peak = run_entry(ctx, unit.name, entry, flags, launcher)
     window = intervals(log)[warm:]
     if len(window) < args.repeats:
         raise Failure(f"{len(window)} timed intervals logged, expected {args.repeats}")
     run = log["run"][0]
     backend = f", {run['backend']}" if run.get("backend") else ""
-    launched = "torchrun --nproc_per_node=1 train/ddp.py" if entry == "ddp" else "train/nd.py"
+    torchrun = entry == "ddp" or launcher == "torchrun"
+    launched = ("torchrun --nproc_per_node=1 " if torchrun else "") + f"train/{entry}.py"
     return [new_row(unit.rows[0], unit.name,
                     f"{launched} --dummy: {workload(args, 'O1', args.amp_dtype)}, "
                     f"{run['world_size']} process{backend}",
@@ -623,6 +696,43 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
                     warmup_batches=warm * per, window_batches=counted, data=str(data))]
 
 
+# --- timm's benchmark.py ------------------------------------------------------------------------
+def timm_benchmark_rate(output: str) -> float:
+    """train_samples_per_sec from the JSON benchmark.py prints after its `--result` line."""
+    _, marker, tail = output.rpartition("--result\n")
+    if not marker:
+        raise Failure("benchmark.py printed no --result")
+    try:
+        return float(json.loads(tail)["train_samples_per_sec"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise Failure(f"benchmark.py's result unreadable: {err}") from None
+
+
+def measure_timm_benchmark(ctx: Context, unit: Unit) -> List[dict]:
+    """timm's own train-step benchmark (eager, then --torchcompile) on this tool's model,
+    batch, size, half type and classes, each a process of its own: what timm measures as a
+    training step, beside the hand-written step doing the same work (step-timm-work)."""
+    args = ctx.args
+    if not args.timm_benchmark:
+        raise Skip("timm's benchmark.py not given (--timm-benchmark)")
+    from imagenet_recipes.config import TrainConfig
+
+    steps = args.steps * args.repeats
+    base = [sys.executable, str(args.timm_benchmark.resolve()), "--bench", "train",
+            "--model", args.arch, "--amp", "--amp-dtype", args.amp_dtype, "--channels-last",
+            "-b", str(args.batch_size), "--img-size", str(args.image_size),
+            "--num-classes", str(TrainConfig.synthetic_classes), "--device", args.device,
+            "--num-warm-iter", str(args.warmup), "--num-bench-iter", str(steps), "--no-retry"]
+    rows = []
+    for row, extra in zip(unit.rows, ([], ["--torchcompile"])):
+        run_logged(ctx, row, "benchmark.py", base + extra, args.row_timeout, dict(os.environ))
+        rate = timm_benchmark_rate((ctx.out / f"{row}.console.txt").read_text(errors="replace"))
+        shown = " ".join(["benchmark.py", *base[3:], *extra])
+        rows.append(new_row(row, unit.name, f"timm {shown}", rate, [rate],
+                            reference=reference_of(row)))
+    return rows
+
+
 # --- the peers: bench.e2e -----------------------------------------------------------------------
 def measure_peers(ctx: Context, unit: Unit) -> List[dict]:
     """bench.e2e as its own process (its contenders in turns, each started as a user starts
@@ -697,6 +807,12 @@ def measure(ctx: Context, unit: Unit) -> List[dict]:
         return measure_synthetic(ctx, unit, "ddp")
     if unit.name == "peers":
         return measure_peers(ctx, unit)
+    if unit.group == "causes":
+        if unit.name == "nd-torchrun":
+            return measure_synthetic(ctx, unit, "nd", launcher="torchrun")
+        if unit.name == "timm-benchmark":
+            return measure_timm_benchmark(ctx, unit)
+        return measure_variants(args, unit)
     return measure_loader(ctx, unit, LOADER_BACKEND[unit.name])
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 import torch.nn as nn
 
 from ..comm_hooks import LossScaledPowerSGD, powersgd_hook
