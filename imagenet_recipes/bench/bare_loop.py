@@ -135,11 +135,10 @@ class BareLoop:
     By default it does the engine's math. bench.step_variants changes one thing at a time:
     `loss_scaling=False` drops the GradScaler, `weight_decay` replaces the recipe's, `ddp`
     wraps the model in torch's DistributedDataParallel with these options (a process group
-    must exist), `compile` overrides --compile."""
+    must exist). It is compiled when the trainer's config says --compile."""
 
     def __init__(self, trainer: Trainer, *, loss_scaling: bool = True,
-                 weight_decay: Optional[float] = None, ddp: Optional[dict] = None,
-                 compile: Optional[bool] = None):
+                 weight_decay: Optional[float] = None, ddp: Optional[dict] = None):
         # Copied before the engine trains, so both sides start from identical weights.
         self.model = copy.deepcopy(trainer.strategy.module)
         precision, cfg = trainer.precision, trainer.cfg
@@ -169,7 +168,7 @@ class BareLoop:
             self.forward = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None,
                 **ddp)
-        if cfg.compile if compile is None else compile:
+        if cfg.compile:
             self.forward = torch.compile(self.forward)
 
     def train(self, batches) -> None:

@@ -117,9 +117,8 @@ def _measure(largs, trainer, variants, batches: list) -> List[dict]:
     from imagenet_recipes.bench import bare_loop as loop
 
     device = trainer.device
-    compiled = variants[0].name == "step-compiled"
-    sides = {v.name: loop.BareLoop(trainer, compile=compiled, **_for_this_torch(v.options))
-             for v in variants}
+    # compiled when the trainer was set up with --compile (BareLoop follows its config)
+    sides = {v.name: loop.BareLoop(trainer, **_for_this_torch(v.options)) for v in variants}
     if largs.warmup:
         for side in sides.values():
             side.train(batches[:largs.warmup])
