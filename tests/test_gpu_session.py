@@ -1,0 +1,94 @@
+"""launch/gpu_session.sh: which commands it runs, in what order, and how it keeps to its time
+budget. A stand-in Python ($PYTHON) records every command it is given, so the composition is
+checked exactly and in seconds; the commands themselves are the GPU tier's and bench.gpu's,
+tested on their own (test_gpu_tier.py, test_bench_gpu.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Records its arguments (and the tier's --first-of-each and group limit); sleeps where FAKE_SLOW names the group.
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$* | first=${GPU_TIER_FIRST_OF_EACH:-0} limit=${GPU_CHECK_GROUP_LIMIT:-unset}" >> "$FAKE_LOG"
+case "$*" in *"--group ${FAKE_SLOW:-none} "*) exec sleep 60 ;; esac
+exit 0
+"""
+
+
+def session(tmp_path: Path, *args: str, slow: str = "none") -> tuple:
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "PYTHON": str(fake), "FAKE_LOG": str(calls), "FAKE_SLOW": slow}
+    env.pop("GPU_CHECK_GROUP_LIMIT", None)
+    proc = subprocess.run(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "out"),
+                           *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return proc, lines
+
+
+@pytest.mark.slow
+def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path):
+    peers = tmp_path / "peers"
+    (peers / "vision/references/classification").mkdir(parents=True)
+    for name in ("benchmark.py", "train.py", "vision/references/classification/train.py"):
+        (peers / name).write_text("")
+    proc, calls = session(tmp_path, "--peers", str(peers))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "out"
+    # the machine check first (its Python reads the probe from stdin), then the tier's groups
+    # (side by side, so in any order), one parameter set of each check
+    assert calls[0].startswith("- cuda ") and calls[1].startswith("- cuda ")
+    tier = [c for c in calls if "-m pytest" in c]
+    assert sorted(c.split("tests/gpu/test_gpu_")[1].split(".py")[0] for c in tier) == sorted([
+        "entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "decode", "nccl"])
+    assert all(" first=1 " in c for c in tier)
+    # each group stops itself within what is left of the 540 s budget
+    assert all(0 < int(c.rsplit("limit=", 1)[1]) <= 420 for c in tier)
+    assert calls.index(tier[-1]) < min(calls.index(c) for c in calls if "bench.gpu" in c)
+    bench = [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c]
+    assert bench == [
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group scripts "
+        f"--json {out}/gpu_scripts.json",
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group causes "
+        f"--timm-benchmark {peers}/benchmark.py --json {out}/gpu_causes.json",
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group loop,compile "
+        f"--json {out}/gpu_loop.json",
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group peers "
+        f"--timm {peers}/train.py --torchvision {peers}/vision/references/classification/"
+        f"train.py --json {out}/gpu_peers.json"]
+    log = (out / "session.log").read_text()
+    assert "steps tier scripts causes loop peers" in log and log.rstrip().endswith("done")
+
+
+@pytest.mark.slow
+def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
+    proc, calls = session(tmp_path, "--budget", "14", "--steps", "causes,loop,peers",
+                          "--cpu", slow="causes")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    log = (tmp_path / "out/session.log").read_text()
+    assert "causes: exit 124" in log and "cut at the budget" in log
+    assert "loop: not run, the budget is spent" in log
+    assert "peers: skipped (no peer script in --peers)" in log
+    assert "steps that did not exit 0: causes" in log
+    # --cpu: the tiny configuration, no timm benchmark without --peers
+    causes = [c for c in calls if "--group causes" in c]
+    assert len(causes) == 1 and "--device cpu" in causes[0]
+    assert "--timm-benchmark" not in causes[0]
+    assert not [c for c in calls if "--group loop" in c]
+
+
+def test_bad_arguments_exit_2_naming_them(tmp_path):
+    for args, message in ((["--steps", "tier,bogus"], "unknown step bogus"),
+                          (["--budget", "ten"], "--budget takes whole seconds"),
+                          (["--peers", str(tmp_path / "none")], "is not a folder")):
+        proc = subprocess.run(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "o"),
+                               *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
