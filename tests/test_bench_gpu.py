@@ -150,6 +150,7 @@ def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work
     assert [(r["name"], r["img_s"], r["reference"]) for r in rows] == [
         ("timm-benchmark", 123.4, "step-timm-work"),
         ("timm-benchmark-compiled", 234.5, "step-compiled-timm-work")]
+    assert rows[0]["config"].startswith("timm benchmark.py --bench train --model timm/test_resnet")
     assert "--torchcompile" in rows[1]["config"] and "--torchcompile" not in rows[0]["config"]
     assert "Running train benchmark" in (tmp_path / "out/timm-benchmark.console.txt").read_text()
     # not given: the unit is skipped, saying so

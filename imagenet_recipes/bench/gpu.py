@@ -727,7 +727,7 @@ def measure_timm_benchmark(ctx: Context, unit: Unit) -> List[dict]:
     for row, extra in zip(unit.rows, ([], ["--torchcompile"])):
         run_logged(ctx, row, "benchmark.py", base + extra, args.row_timeout, dict(os.environ))
         rate = timm_benchmark_rate((ctx.out / f"{row}.console.txt").read_text(errors="replace"))
-        shown = " ".join(["benchmark.py", *base[3:], *extra])
+        shown = " ".join(["benchmark.py", *base[2:], *extra])
         rows.append(new_row(row, unit.name, f"timm {shown}", rate, [rate],
                             reference=reference_of(row)))
     return rows
