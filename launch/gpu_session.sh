@@ -22,8 +22,8 @@
 # torchvision's reference at vision/references/classification/train.py (a clone of
 # pytorch/vision); whatever of these is there is used.
 #
-# DIR receives tier/ (gpu_check.sh's record), gpu_STEP.json (bench.gpu's records), bench/ (their
-# runs' output) and session.log (each step's command, exit status and seconds). Back on the
+# DIR receives tier/ (gpu_check.sh's record), gpu_STEP.json (bench.gpu's records), bench/STEP/
+# (their runs' output) and session.log (each step's command, exit status and seconds). Back on the
 # development machine: `launch/env.sh python -m imagenet_recipes.bench.regenerate --archive
 # DIR/tier gpu-tier`, and the gpu_*.json files into results/gpu/ (then bench.regenerate).
 # Exit status: 0 when every step that ran exited 0, 1 when one did not, 2 on bad arguments or
@@ -68,7 +68,6 @@ if [ $cpu -eq 1 ]; then
 else
   bench=() tier=()
 fi
-bench+=(--out "$out/bench")
 
 peer_file() {  # peer_file PATH: PEERS/PATH when it is there
   [ -n "$peers" ] && [ -f "$peers/$1" ] && echo "$peers/$1"
@@ -77,6 +76,8 @@ timm_benchmark="$(peer_file benchmark.py)" timm_train="$(peer_file train.py)"
 torchvision="$(peer_file vision/references/classification/train.py)"
 
 command_of() {  # command_of STEP: the step's command, one word per line; none: skipped
+  # each bench.gpu call its own --out: run names (nd-synthetic, ...) recur between groups
+  local bench=("${bench[@]}" --out "$out/bench/$1")
   case "$1" in
     tier) printf '%s\n' bash launch/gpu_check.sh --first-of-each "${tier[@]}" --out "$out/tier" ;;
     scripts|loop) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" \

@@ -55,13 +55,13 @@ def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path)
     assert calls.index(tier[-1]) < min(calls.index(c) for c in calls if "bench.gpu" in c)
     bench = [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c]
     assert bench == [
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group scripts "
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench/scripts --group scripts "
         f"--json {out}/gpu_scripts.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group causes "
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench/causes --group causes "
         f"--timm-benchmark {peers}/benchmark.py --json {out}/gpu_causes.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group loop,compile "
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench/loop --group loop,compile "
         f"--json {out}/gpu_loop.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench --group peers "
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench/peers --group peers "
         f"--timm {peers}/train.py --torchvision {peers}/vision/references/classification/"
         f"train.py --json {out}/gpu_peers.json"]
     log = (out / "session.log").read_text()
