@@ -9,7 +9,7 @@
 #   bash launch/gpu_session.sh --out DIR --steps scripts,causes
 #   bash launch/gpu_session.sh --cpu --out DIR               # the same steps, tiny, on the CPU
 #
-# Steps, in this order (--steps picks some, in this order still):
+# Steps, in this order (--steps picks some and runs them in the order it names them):
 #   tier     bash launch/gpu_check.sh --first-of-each        -> DIR/tier/
 #   scripts  bench.gpu --group scripts: nd.py on synthetic data and on generated JPEGs (the
 #            default loader, --data-backend gpu and dali-gpu where installed), ddp.py on one rank

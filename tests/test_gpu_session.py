@@ -70,7 +70,7 @@ def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path)
 
 @pytest.mark.slow
 def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
-    proc, calls = session(tmp_path, "--budget", "14", "--steps", "causes,loop,peers",
+    proc, calls = session(tmp_path, "--budget", "14", "--steps", "peers,causes,loop",
                           "--cpu", slow="causes")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     log = (tmp_path / "out/session.log").read_text()
@@ -78,6 +78,8 @@ def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
     assert "loop: not run, the budget is spent" in log
     assert "peers: skipped (no peer script in --peers)" in log
     assert "steps that did not exit 0: causes" in log
+    # in the order --steps names them
+    assert log.index("peers: skipped") < log.index("causes: exit") < log.index("loop: not run")
     # --cpu: the tiny configuration, no timm benchmark without --peers
     causes = [c for c in calls if "--group causes" in c]
     assert len(causes) == 1 and "--device cpu" in causes[0]
