@@ -111,9 +111,11 @@ for step in "${steps[@]}"; do
   fi
   note "$step: ${cmd[*]} (at most $left s)"
   start=$SECONDS
-  # The tier's groups stop themselves at their own limit, kept within what is left.
-  GPU_CHECK_GROUP_LIMIT=$((left < ${GPU_CHECK_GROUP_LIMIT:-420} ? left : ${GPU_CHECK_GROUP_LIMIT:-420})) \
-    timeout --kill-after=20 "$left" "${cmd[@]}"
+  # The tier's groups stop themselves at their own limit, kept within what is left; timeout
+  # signals the step's whole process group (pytest, bench.gpu and what they started).
+  group_limit=${GPU_CHECK_GROUP_LIMIT:-420}
+  [ "$left" -ge "$group_limit" ] || group_limit=$left
+  GPU_CHECK_GROUP_LIMIT=$group_limit timeout --kill-after=20 "$left" "${cmd[@]}"
   rc=$?
   note "$step: exit $rc after $((SECONDS - start)) s$([ $rc -eq 124 ] && echo ', cut at the budget')"
   [ $rc -eq 0 ] || failed+=("$step")
