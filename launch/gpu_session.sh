@@ -117,7 +117,8 @@ for step in "${steps[@]}"; do
   [ "$left" -ge "$group_limit" ] || group_limit=$left
   GPU_CHECK_GROUP_LIMIT=$group_limit timeout --kill-after=20 "$left" "${cmd[@]}"
   rc=$?
-  note "$step: exit $rc after $((SECONDS - start)) s$([ $rc -eq 124 ] && echo ', cut at the budget')"
+  cut=$([ $rc -eq 124 ] && echo ", cut at the budget")
+  note "$step: exit $rc after $((SECONDS - start)) s$cut"
   [ $rc -eq 0 ] || failed+=("$step")
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -12,9 +12,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Records its arguments (and the tier's --first-of-each and group limit); sleeps where FAKE_SLOW names the group.
+# Records its arguments (and the tier's --first-of-each and group limit); sleeps where
+# FAKE_SLOW names the group.
 FAKE_PYTHON = """#!/usr/bin/env bash
-echo "$* | first=${GPU_TIER_FIRST_OF_EACH:-0} limit=${GPU_CHECK_GROUP_LIMIT:-unset}" >> "$FAKE_LOG"
+echo "$* | first=${GPU_TIER_FIRST_OF_EACH:-0} limit=${GPU_CHECK_GROUP_LIMIT:-unset}" \
+    >> "$FAKE_LOG"
 case "$*" in *"--group ${FAKE_SLOW:-none} "*) exec sleep 60 ;; esac
 exit 0
 """
