@@ -89,6 +89,7 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
     # the RESULTS.md block from this record
     text = gpu.block(record_path.parent)
     assert "No GPU record" not in text and "no GPU (a CPU check of the tool)" in text
+    assert "`step-*` rows" not in text  # no causes row here
     for name in rows:
         assert f"| {name} [1] |" in text
 
@@ -138,6 +139,8 @@ def test_on_a_cpu_the_causes_group_changes_one_thing_per_row(tmp_path):
     run = [json.loads(line) for line in
            (tmp_path / "out/runs/nd-torchrun/log.jsonl").read_text().splitlines()][0]
     assert run["entry"] == "nd" and run["world_size"] == 1
+    # RESULTS.md's block says how these rows are measured (only where it shows them)
+    assert "the `step-*` rows (`--group causes`)" in gpu.block(record_path.parent)
 
 
 def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work(tmp_path):

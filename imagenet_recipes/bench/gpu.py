@@ -989,7 +989,9 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
                   else "")
         table.append([name, row["config"], targets or "-", f"{row['img_s']:,.1f}", ratio,
                       _memory(row["peak_bytes"]), spread])
-    return render("gpu", records=used, rows=table,
+    causes = any(UNITS.get(row["unit"]) and UNITS[row["unit"]].group == "causes"
+                 for _, row in shown)
+    return render("gpu", records=used, rows=table, causes=causes,
                   met=sum(t["met"] is True for _, r in shown for t in r["targets"]),
                   missed=sum(t["met"] is False for _, r in shown for t in r["targets"]),
                   shown_commit=shown_commit)
