@@ -8,7 +8,8 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   recipes       the presets of recipes/ at one small budget
   io            input-pipeline throughput, every loader on the same files and cores
   gpu           GPU throughput: ResNet-50 O1/O2 fp16/bf16, engine vs bare, torch.compile,
-                DDP on one NCCL rank, the pytorch and DALI GPU loaders, peak memory, targets
+                DDP on one NCCL rank, the pytorch and GPU-decoding loaders, peak memory,
+                targets; where DDP's cost and the gap to timm's benchmark go (causes)
   scaling       the scaling model: predicted vs published and measured scaling
   results       the RESULTS.md blocks of a sweep and of the PS benchmark
   summarize     a Markdown table of runs
@@ -23,6 +24,8 @@ runs, results/ and RESULTS.md they read and write are the clone's:
 
 and the modules they share: common (the run-log reader, the RESULTS.md block and table
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and
-ps_stats (the numbers the tables and figures show), figure (matplotlib for files). Every table
+ps_stats (the numbers the tables and figures show), figure (matplotlib for files), bare_loop
+and step_variants (a hand-written training step beside the engine's, and with one thing
+changed). Every table
 and figure is drawn from the runs' log.jsonl files, never from typed numbers.
 """
