@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import datetime
 import gc
 import json
@@ -444,16 +445,30 @@ def missed(rows: List[dict]) -> List[str]:
 
 
 # --- the pairs: bench.bare_loop in this process ----------------------------------------------
-def loop_args(args: argparse.Namespace, level: str, dtype: str,
-              compile_: bool) -> argparse.Namespace:
-    """bench.bare_loop's arguments for this tool's sizes, channels_last."""
+@contextlib.contextmanager
+def loop_trainer(args: argparse.Namespace, level: str, dtype: str, compile_: bool):
+    """(bench.bare_loop's arguments, a Trainer set up as the entry scripts set it up, batches
+    already on its device) for this tool's sizes, channels_last; the trainer is closed when the
+    block ends. A configuration the trainer refuses fails the unit with its message."""
     from imagenet_recipes.bench import bare_loop as loop
+    from imagenet_recipes.config import UsageError
 
-    return loop.parse_cli([
+    largs = loop.parse_cli([
         "-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--repeats", str(args.repeats),
         "--opt-level", level, "--amp-dtype", dtype, "--device", args.device, "--channels-last",
         *(["--compile"] if compile_ else [])])
+    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
+        try:
+            trainer = loop.build_trainer(largs, logdir)
+        except UsageError as err:
+            raise Failure(str(err)) from None
+        try:
+            yield largs, trainer, loop.make_batches(
+                max(args.steps, args.warmup), args.batch_size, args.image_size,
+                trainer.num_classes, trainer.device, True)
+        finally:
+            trainer.close()
 
 
 def release_device(device: str) -> None:
@@ -468,25 +483,13 @@ def release_device(device: str) -> None:
 def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
                  compile_: bool) -> List[dict]:
     from imagenet_recipes.bench import bare_loop as loop
-    from imagenet_recipes.config import UsageError
 
-    largs = loop_args(args, level, dtype, compile_)
-    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
-        try:
-            trainer = loop.build_trainer(largs, logdir)
-        except UsageError as err:
-            raise Failure(str(err)) from None
-        try:
-            bare = loop.BareLoop(trainer)
-            batches = loop.make_batches(max(args.steps, args.warmup), args.batch_size,
-                                        args.image_size, trainer.num_classes, trainer.device,
-                                        True)
-            print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}",
-                  flush=True)
-            rounds = loop.measure(largs, trainer, bare, batches)
-            weight_diff = loop.max_weight_difference(trainer.strategy.module, bare.model)
-        finally:
-            trainer.close()
+    with loop_trainer(args, level, dtype, compile_) as (largs, trainer, batches):
+        bare = loop.BareLoop(trainer)
+        print(f"{'round':>6} {'engine img/s':>13} {'bare img/s':>11} {'engine/bare':>12}",
+              flush=True)
+        rounds = loop.measure(largs, trainer, bare, batches)
+        weight_diff = loop.max_weight_difference(trainer.strategy.module, bare.model)
     del trainer, bare, batches
     release_device(args.device)
 
@@ -511,20 +514,10 @@ def measure_pair(args: argparse.Namespace, unit: Unit, level: str, dtype: str,
 def measure_variants(args: argparse.Namespace, unit: Unit) -> List[dict]:
     """bench.step_variants in this process: the step with one thing changed, O1 in
     --amp-dtype, each variant against the unit's first (its reference)."""
-    from imagenet_recipes.bench import bare_loop as loop
-
     compiled = unit.name == "step-compiled"
-    largs = loop_args(args, "O1", args.amp_dtype, compiled)
     variants = step_variants.SETS["compiled" if compiled else "eager"]
-    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as logdir:
-        trainer = loop.build_trainer(largs, logdir)
-        try:
-            batches = loop.make_batches(max(args.steps, args.warmup), args.batch_size,
-                                        args.image_size, trainer.num_classes, trainer.device,
-                                        True)
-            results = step_variants.measure(largs, trainer, variants, batches)
-        finally:
-            trainer.close()
+    with loop_trainer(args, "O1", args.amp_dtype, compiled) as (largs, trainer, batches):
+        results = step_variants.measure(largs, trainer, variants, batches)
     del trainer, batches
     release_device(args.device)
     config = workload(args, "O1", args.amp_dtype) + (", torch.compile" if compiled else "")
