@@ -588,8 +588,7 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
     assert len(printed) == 1
 
 
-def test_ddp_gradients_are_views_into_its_buckets_and_every_step_the_same_math(tmp_path,
-                                                                             monkeypatch):
+def test_ddp_gradients_are_views_into_its_buckets_on_every_step(tmp_path, monkeypatch):
     """DDP keeps each gradient as a view into its all-reduce bucket (gradient_as_bucket_view):
     no copy between the buckets and .grad after each all-reduce, and one gradient-sized
     allocation less. Run in this process as a world of one (gloo); the exact parity of the
