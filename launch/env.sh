@@ -16,20 +16,16 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# install_clone PYTHON: this clone into PYTHON's environment, editable (`pip install -e`), so that
-# the entry scripts and `python -m imagenet_recipes.bench.<tool>` import it from any folder.
-# No dependencies: the environment has them (requirements.txt, or the user's own). setuptools
-# comes from the registry unless the environment has it (a machine without a registry).
+# install_clone PYTHON: this clone into PYTHON's environment, editable and without dependencies,
+# so that the entry scripts and `python -m imagenet_recipes.bench.<tool>` import it from any
+# folder (launch/install_clone.sh: nothing is downloaded where the environment has setuptools).
 install_clone() {
-  echo "launch/env.sh: installing $repo into $("$1" -c 'import sys; print(sys.prefix)')" >&2
-  "$1" -m pip install --quiet --no-deps --no-build-isolation -e "$repo" 2>/dev/null \
-    || "$1" -m pip install --quiet --no-deps -e "$repo"
+  bash "$repo/launch/install_clone.sh" "$1" || exit 2
 }
 
 if [ "${RECIPES_VENV:-}" = "system" ]; then
   # the current python as it is, with this clone installed in it once
-  installed="$(python -c 'import imagenet_recipes, os; print(os.path.dirname(os.path.dirname(imagenet_recipes.__file__)))' 2>/dev/null || true)"
-  [ "$installed" = "$repo" ] || install_clone python
+  install_clone python
   exec "$@"
 fi
 

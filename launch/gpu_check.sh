@@ -52,23 +52,21 @@ done
 [ ${#groups[@]} -gt 0 ] || groups=("${all_groups[@]}")
 
 # The Python that has torch: $PYTHON, else python3 on PATH (launch/env.sh's environment when run
-# through it). Nothing is downloaded: where this clone's package is not installed in that
-# Python's environment yet, it is installed from the clone (editable, no dependencies), which
-# needs setuptools there, as pip's own.
+# through it). Nothing is downloaded: where that Python does not import this clone's package
+# from outside the clone, the clone is installed into its environment (launch/install_clone.sh).
 python="${PYTHON:-python3}"
 
 # One Python start for the whole look at the machine (each start costs seconds: it imports
-# torch): torch, where this package is installed from, the GPUs and the optional modules.
-# Exit 2: no torch, no pytest or no GPU; 3: all there, but not this clone's package.
-"$python" - "$device" "$PWD" <<'EOF'
-import importlib.util, os, sys
+# torch): torch, the GPUs and the optional modules. Exit 2: no torch, no pytest or no GPU.
+"$python" - "$device" <<'EOF'
+import importlib.util, sys
 try:
     import torch
 except ImportError:
     print(f"gpu_check: {sys.executable} cannot import torch; set PYTHON=/path/to/python "
           "(torch >= 2.11 with CUDA, torchvision, tensorboard, pytest)", file=sys.stderr)
     sys.exit(2)
-device, clone = sys.argv[1], sys.argv[2]
+device = sys.argv[1]
 print(f"gpu_check: python {sys.version.split()[0]} ({sys.executable}), torch {torch.__version__}"
       f" (CUDA {torch.version.cuda})")
 if torch.cuda.is_available():
@@ -85,26 +83,11 @@ if device == "cuda" and not torch.cuda.is_available():
     print("gpu_check: no CUDA GPU is visible (torch.cuda.is_available() is False): nothing to "
           "check here; --cpu simulates the tier on the CPU", file=sys.stderr)
     sys.exit(2)
-if importlib.util.find_spec("pytest") is None:
-    sys.exit(2)
-package = importlib.util.find_spec("imagenet_recipes")
-installed = package and package.origin and os.path.dirname(os.path.dirname(package.origin))
-sys.exit(0 if installed and os.path.realpath(installed) == os.path.realpath(clone) else 3)
+sys.exit(0 if importlib.util.find_spec("pytest") else 2)
 EOF
-status=$?
-if [ $status -eq 3 ]; then
-  # Nothing is downloaded: the clone's package goes into that Python's environment from the
-  # clone (editable, no dependencies), which needs setuptools there, as pip's own.
-  echo "gpu_check: installing $PWD into $python's environment (pip install -e, no dependencies)"
-  if ! "$python" -m pip install --quiet --no-deps --no-build-isolation -e . >&2; then
-    echo "gpu_check: could not install the package; run, with that python: pip install" \
-         "--no-deps --no-build-isolation -e .  (pip may want --break-system-packages for a" \
-         "system Python)" >&2
-    exit 2
-  fi
-  status=0
-fi
-[ $status -eq 0 ] || exit $status
+[ $? -eq 0 ] || exit 2
+# The entry scripts the checks start import the package as installed, not from this folder
+bash launch/install_clone.sh "$python" || exit 2
 [ $probe -eq 0 ] || exit 0
 
 if [ -n "$out" ]; then

@@ -34,4 +34,5 @@ def traced_iter(self):
 
 sampling.ShardedSampler.__iter__ = traced_iter
 sys.argv = [script, *sys.argv[3:]]
+sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` has it
 runpy.run_path(script, run_name="__main__")

@@ -7,7 +7,9 @@
 
 NCCL on GPUs, gloo on CPU. Add --opt-level O1/O2 for mixed precision (or use ddp_apex.py).
 """
-from imagenet_recipes.cli import main
+from _package import main_of
+
+main = main_of("imagenet_recipes.cli")
 
 if __name__ == "__main__":
     main(entry="ddp", description=__doc__)

@@ -6,7 +6,9 @@
 Same as train/ddp.py with --opt-level defaulting to O1 (autocast + dynamic loss scaling). On a
 CPU the half type is bfloat16, which needs no loss scaling. NVIDIA apex itself is not needed.
 """
-from imagenet_recipes.cli import main
+from _package import main_of
+
+main = main_of("imagenet_recipes.cli")
 
 if __name__ == "__main__":
     main(entry="ddp_apex", description=__doc__)  # --opt-level O1 by default

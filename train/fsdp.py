@@ -9,7 +9,9 @@ of the model's state; checkpoints are the same files the other scripts write. Fo
 ResNet-class models DDP is as fast or faster: FSDP pays off for models whose weights and
 optimizer state crowd a GPU's memory (see imagenet_recipes/strategies/fsdp.py).
 """
-from imagenet_recipes.cli import main
+from _package import main_of
+
+main = main_of("imagenet_recipes.cli")
 
 if __name__ == "__main__":
     main(entry="fsdp", description=__doc__)

@@ -7,7 +7,9 @@ Horovod must be built for the installed torch first: `bash launch/install_horovo
 (The file is not called horovod.py: this folder comes first on sys.path and would shadow the
 horovod package.)
 """
-from imagenet_recipes.cli import main
+from _package import main_of
+
+main = main_of("imagenet_recipes.cli")
 
 if __name__ == "__main__":
     main(entry="hvd", description=__doc__)

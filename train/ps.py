@@ -7,7 +7,9 @@ push gradients (sync, async) or model deltas (esync).
     torchrun --nproc_per_node=4 train/ps.py --mode esync -a resnet18 -b 64 /data/imagenet
     python train/ps.py --evaluator runs/ps-esync-resnet18-... /data/imagenet   # separate eval
 """
-from imagenet_recipes.ps.main import main
+from _package import main_of
+
+main = main_of("imagenet_recipes.ps.main")
 
 if __name__ == "__main__":
     main(description=__doc__)

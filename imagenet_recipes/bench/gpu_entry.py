@@ -49,6 +49,7 @@ def main() -> None:
     die_with_parent()
     script = sys.argv[1]
     sys.argv = sys.argv[1:]  # what the script sees when started as `python SCRIPT ARGS`
+    sys.path[0] = os.path.dirname(os.path.abspath(script))  # and its folder first, not ours
     runpy.run_path(script, run_name="__main__")
     if os.environ.get("BENCH_GPU_PEAK"):
         write_peak(os.environ["BENCH_GPU_PEAK"])

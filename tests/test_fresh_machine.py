@@ -1,0 +1,131 @@
+"""A GPU machine as it comes: a Python with torch and the rest, a fresh clone, and this package
+installed nowhere. Its Python is reproduced here by a new virtualenv that reaches the project
+environment's packages through a .pth file (as a system site-packages), which makes torch
+importable there and not this clone's package (a .pth of a folder added that way is not read).
+The launch scripts install the clone where they need it; an entry script started before that
+says how, in one line."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TRAIN
+
+ENTRY_SCRIPTS = sorted(p.name for p in TRAIN.glob("[!_]*.py"))
+
+
+def fresh_clone(dest: Path) -> Path:
+    """This checkout's files as git would give them to a new clone (tracked and not ignored)."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                            "--exclude-standard"], cwd=REPO, capture_output=True, check=True
+                           ).stdout.decode().split("\0")
+    for name in filter(None, files):
+        source = REPO / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def bare_python(venv: Path, with_packages: bool) -> dict:
+    """A new virtualenv; with_packages: the project environment's packages reachable (torch,
+    pytest, ...), not this package. -> the environment variables of a shell on that machine."""
+    subprocess.run([sys.executable, "-m", "venv", *([] if with_packages else ["--without-pip"]),
+                    str(venv)], check=True)
+    if with_packages:
+        site = Path(subprocess.run([venv / "bin/python", "-c", "import sysconfig; print("
+                                    "sysconfig.get_paths()['purelib'])"], capture_output=True,
+                                   text=True, check=True).stdout.strip())
+        (site / "system-packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        # the console scripts a system Python's packages bring (torchrun), for this Python
+        torchrun = venv / "bin/torchrun"
+        torchrun.write_text(f"#!/bin/sh\nexec {venv}/bin/python -m torch.distributed.run "
+                            '"$@"\n')
+        torchrun.chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GPU_TIER_", "GPU_CHECK_", "RECIPES_", "PYTHON"))
+           and k != "VIRTUAL_ENV"}
+    env["PATH"] = f"{venv}/bin:/usr/local/bin:/usr/bin:/bin"
+    env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, even on a machine with a GPU
+    return env
+
+
+def imports_package(env: dict) -> bool:
+    return subprocess.run(["python", "-c", "import imagenet_recipes"], cwd="/", env=env,
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("script", ENTRY_SCRIPTS)
+def test_an_entry_script_without_the_package_says_how_to_install_it(script, tmp_path):
+    env = bare_python(tmp_path / "venv", with_packages=False)
+    proc = subprocess.run(["python", f"train/{script}", "--help"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    line, = proc.stderr.splitlines()
+    assert line.startswith(f"{script}: the imagenet_recipes package is not installed")
+    assert f"pip install --no-deps -e {REPO}" in line and "launch/env.sh" in line
+
+
+def test_an_entry_script_shows_what_else_is_missing(tmp_path):
+    """A package the engine needs missing: its own traceback, not the install hint."""
+    env = bare_python(tmp_path / "venv", with_packages=False)
+    env["PYTHONPATH"] = str(REPO)  # the package, without torch
+    proc = subprocess.run(["python", "train/nd.py", "--dummy", "--epochs", "1"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "No module named 'torch'" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_gpu_session_and_the_quickstart_run_from_a_fresh_clone(tmp_path):
+    env = bare_python(tmp_path / "venv", with_packages=True)
+    clone = fresh_clone(tmp_path / "clone")
+    assert subprocess.run(["python", "-c", "import torch, pytest"], env=env).returncode == 0
+    assert not imports_package(env)
+
+    out = tmp_path / "session"
+    # stand-ins for timm's train.py and benchmark.py: the peers and causes steps run whole
+    from test_bench_gpu import STAND_IN_TIMM_BENCHMARK
+    from test_benchmarks import stand_in_peers
+
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    stand_in_peers(peers)
+    (peers / "benchmark.py").write_text(STAND_IN_TIMM_BENCHMARK)
+    session = subprocess.run(["bash", "launch/gpu_session.sh", "--cpu", "--out", str(out),
+                              "--peers", str(peers)], cwd=clone, capture_output=True,
+                             text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=1800)
+    log = (out / "session.log").read_text()
+    assert session.returncode == 0, log + session.stdout[-4000:] + session.stderr[-3000:]
+    for step in ("tier", "scripts", "peers", "causes", "loop"):
+        assert f"gpu_session: {step}: exit 0 after" in log, log
+    assert "ModuleNotFoundError" not in (out / "tier/output.log").read_text()
+    checks = [json.loads(line) for line in (out / "tier/checks.jsonl").read_text().splitlines()]
+    results = [c for c in checks if c["kind"] == "check"]
+    assert results and all(c["status"] in ("passed", "skipped") for c in results), results
+    entries = [c for c in results if c["group"] == "entries"]
+    assert entries and all(c["status"] == "passed" for c in entries), entries
+    # installed where the session found it missing, from the clone, importable from anywhere
+    assert imports_package(env)
+    where = subprocess.run(["python", "-c", "import imagenet_recipes; print(imagenet_recipes."
+                            "__file__)"], cwd="/", env=env, capture_output=True, text=True)
+    assert where.stdout.startswith(str(clone)), where.stdout
+    # the same command again goes on where it stopped: every step is done
+    again = subprocess.run(["bash", "launch/gpu_session.sh", "--cpu", "--out", str(out),
+                            "--peers", str(peers)], cwd=clone, capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stdout.count("finished in an earlier call") == 5, again.stdout
+
+    quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "1"], cwd=clone,
+                           env={**env, "RECIPES_VENV": "system"}, capture_output=True,
+                           text=True, timeout=600)
+    assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-3000:]
+    assert "quickstart: done" in quick.stdout
