@@ -417,8 +417,8 @@ class Trainer:
     def _on_stop_signal(self, signum, frame) -> None:
         # Only a flag: the step in flight finishes, then every rank stops at the same step.
         self.stop_signal = signal.Signals(signum).name
-        print(f"=> rank {self.strategy.rank}: {self.stop_signal} received; checkpointing at "
-              "the next print interval", flush=True)
+        lifecycle.say_from_signal_handler(f"=> rank {self.strategy.rank}: {self.stop_signal} "
+                                          "received; checkpointing at the next print interval")
 
     def _stop_requested_anywhere(self) -> bool:
         return self._sum_over_ranks(1.0 if self.stop_signal else 0.0) > 0

@@ -12,6 +12,8 @@ checkpoint file, or a run dir: its newest valid checkpoint).
 from __future__ import annotations
 
 import datetime
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -118,3 +120,11 @@ def write_end_record(log: RunLog, epoch: int, step: int, best_top1: float, reaso
 def preempted_message(who: str, signal_name: str) -> str:
     return (f"=> {who}: {signal_name}: checkpoint written; exiting with status "
             f"{PREEMPTED_EXIT_CODE} so the job can be requeued (continue with --resume auto)")
+
+
+def say_from_signal_handler(text: str) -> None:
+    """A line to stdout from a signal handler. Not print: the signal may arrive while the
+    interrupted thread is inside a print to the same buffered stdout, and a second print there
+    raises "reentrant call inside <_io.BufferedWriter name='<stdout>'>" (seen: a preempted run
+    failing instead of checkpointing). os.write goes around the buffer."""
+    os.write(sys.stdout.fileno(), (text + "\n").encode())

@@ -622,3 +622,42 @@ def test_ddp_gradients_are_views_into_its_buckets_on_every_step(tmp_path, monkey
     finally:
         trainer.close()
     assert not dist.is_initialized()
+
+
+def test_a_stop_signal_that_lands_inside_a_print_is_announced_not_raised(tmp_path, monkeypatch):
+    """A preemption signal handled while the main thread is inside a print to stdout: the
+    handler's own line must not re-enter the buffered stdout (RuntimeError "reentrant call",
+    which failed a run that should have checkpointed)."""
+    import io
+    import signal
+    import sys
+    from types import SimpleNamespace
+
+    from imagenet_recipes.engine import Trainer
+
+    target = open(tmp_path / "stdout", "wb", buffering=0)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(rank=3), stop_signal=None)
+
+    class SignalMidWrite(io.RawIOBase):
+        """stdout's file, where the signal arrives during the first write."""
+        fired = False
+
+        def writable(self):
+            return True
+
+        def fileno(self):
+            return target.fileno()
+
+        def write(self, data):
+            if not self.fired:
+                self.fired = True
+                Trainer._on_stop_signal(trainer, signal.SIGTERM, None)
+            return target.write(bytes(data))
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(SignalMidWrite())))
+    print("Epoch: [0][10/20]", flush=True)
+    sys.stdout.flush()
+    assert trainer.stop_signal == "SIGTERM"
+    written = (tmp_path / "stdout").read_text()
+    assert "=> rank 3: SIGTERM received; checkpointing" in written
+    assert "Epoch: [0][10/20]" in written

@@ -118,8 +118,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
 def _stop_on_signal(server, signum: int) -> None:
     # Only a flag: the server stops everyone at its next update, then checkpoints.
     server.stop_signal = signal.Signals(signum).name
-    print(f"=> ps: {server.stop_signal} received; stopping the workers at the next update",
-          flush=True)
+    lifecycle.say_from_signal_handler(f"=> ps: {server.stop_signal} received; stopping the "
+                                      "workers at the next update")
 
 
 def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:

@@ -24,6 +24,7 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 
+from .. import lifecycle
 from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
@@ -235,9 +236,9 @@ class Worker:
         # A preemption warning reaches every process (torchrun or srun pass it on); the server
         # decides when to stop and tells the workers in its next reply.
         for signum in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(signum, lambda num, frame: print(
+            signal.signal(signum, lambda num, frame: lifecycle.say_from_signal_handler(
                 f"=> worker {self.worker}: {signal.Signals(num).name}: the server will stop "
-                "the run at its next update", flush=True))
+                "the run at its next update"))
         control = self._take(self._call(srv.register, self.worker, self.steps_per_epoch))
         self.first_epoch, self.first_epoch_samples = control["epoch"], control["epoch_samples"]
         loop = {"sync": self._gradient_loop, "async": self._gradient_loop,
