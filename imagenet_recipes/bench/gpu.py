@@ -217,6 +217,9 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    "runs/bench_gpu-DATE-TIME)")
     p.add_argument("--data", type=Path, help="the generated JPEG set of the loader rows "
                    "(default: runs/bench_gpu-data/<size>; made once, reused)")
+    p.add_argument("--prepare-data", action="store_true",
+                   help="only make the loader rows' JPEG set (at --data) and exit: beside "
+                        "another job, before the measurements that read it")
     p.add_argument("--row-timeout", type=float, default=360,
                    help="seconds an entry script's run may take (default: %(default)s)")
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
@@ -236,12 +239,19 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     peers.add_argument("--peers-epochs", type=int, default=3,
                        help="3 or more gives the steady state (default: %(default)s)")
     peers.add_argument("--peers-repeats", type=int, default=2, help="(default: %(default)s)")
+    peers.add_argument("--peers-only", help="comma-separated contenders of ours to run beside "
+                       f"the peers ({', '.join(c for c in PEER_ROWS if c.startswith('nd '))}; "
+                       "default: all that can run here)")
     peers.add_argument("--peers-timeout", type=float, default=540,
                        help="seconds the whole comparison may take (default: %(default)s)")
     args = p.parse_args(argv)
     from imagenet_recipes.bench import bare_loop as loop  # torch, like every measurement after the parse
 
     loop.check_sizes(p, args)
+    if args.peers_only and not set(args.peers_only.split(",")) <= {
+            c for c in PEER_ROWS if c.startswith("nd ")}:
+        p.error(f"--peers-only {args.peers_only}: contenders are "
+                f"{', '.join(c for c in PEER_ROWS if c.startswith('nd '))}")
     if args.workers is not None and args.workers <= 0:
         p.error("--workers must be positive (the loader rows measure worker processes)")
     args.targets = dict(TARGETS)
@@ -634,19 +644,33 @@ def loader_workers(args: argparse.Namespace) -> int:
     return default_workers(1)
 
 
-def jpeg_set(ctx: Context, images: int) -> Path:
-    """Generated JPEGs (data/make_synthetic.py) for `images` training images of ImageNet-like
-    sizes (about 1.4x to 2.2x the crop: 314-493 px for 224), 10 classes; made once and reused."""
+# Validation images per class of the generated set: the peers' runs validate on them
+# (bench.e2e's --val-per-class), so one set serves the loader rows and the peers (--peers-data).
+JPEG_SET_VAL = 50
+
+
+def jpeg_set(args: argparse.Namespace) -> Path:
+    """Generated JPEGs (data/make_synthetic.py) for the loader rows' training images, of
+    ImageNet-like sizes (about 1.4x to 2.2x the crop: 314-493 px for 224), 10 classes; made once
+    and reused (make_synthetic.py skips a complete identical set)."""
     from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 
-    args = ctx.args
-    per_class = math.ceil(images / 10)
+    per_class = math.ceil(loader_steps(args)[1] * args.batch_size / 10)
     low, high = round(args.image_size * 1.4), round(args.image_size * 2.2)
-    root = ctx.args.data or REPO / "runs" / "bench_gpu-data" / f"{low}-{high}px-{per_class}"
+    root = args.data or REPO / "runs" / "bench_gpu-data" / f"{low}-{high}px-{per_class}"
     print(f"JPEG set: {10 * per_class} training images at {low}-{high} px in {root}", flush=True)
-    make_dataset(dataset_command(root, classes=10, train=per_class, val=1, min_size=low,
-                                 max_size=high, workers=None))
+    make_dataset(dataset_command(root, classes=10, train=per_class, val=JPEG_SET_VAL,
+                                 min_size=low, max_size=high, workers=None))
     return root
+
+
+def loader_steps(args: argparse.Namespace) -> tuple:
+    """(warm-up intervals, steps) of a loader row. One interval is as many batches as the
+    workers may hold ready at once; the window is LOADER_WINDOW of them, so a full prefetch
+    buffer at the start is at most a tenth of it."""
+    per = loader_workers(args) * prefetch_factor()
+    warm = max(1, math.ceil(args.warmup / per))
+    return warm, per * (warm + LOADER_WINDOW)
 
 
 # The loader rows' --data-backend
@@ -665,12 +689,9 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
     if backend == "gpu" and not installed("torchcodec"):
         raise Skip("torchcodec is not installed")
     workers, prefetch = loader_workers(args), prefetch_factor()
-    # One interval is as many batches as the workers may hold ready at once; the window is
-    # LOADER_WINDOW of them, so a full prefetch buffer at the start is at most a tenth of it.
     per = workers * prefetch
-    warm = max(1, math.ceil(args.warmup / per))
-    steps = per * (warm + LOADER_WINDOW)
-    data = jpeg_set(ctx, steps * args.batch_size)
+    warm, steps = loader_steps(args)
+    data = jpeg_set(args)
     flags = [*common_flags(args), "--data-backend", backend, "-j", str(workers), "-p", str(per),
              "--steps-per-epoch", str(steps), str(data)]
     log, peak = run_entry(ctx, unit.name, "nd", flags)
@@ -744,11 +765,19 @@ def measure_peers(ctx: Context, unit: Unit) -> List[dict]:
            "--epochs", str(args.peers_epochs), "--repeats", str(args.peers_repeats),
            "--train-per-class", str(args.peers_train_per_class), "--val-per-class", "50",
            "--fast-amp", "on" if args.device == "cuda" else "off",
-           "--json", str(record_path), "--only", *PEER_ROWS]
+           "--json", str(record_path), "--only", *peer_contenders(args)]
     # --device cpu on a machine with a GPU: the contenders see none, as on a CPU machine
     env = {**os.environ, **({} if args.device == "cuda" else {"CUDA_VISIBLE_DEVICES": ""})}
     run_logged(ctx, "peers", "bench.e2e", cmd, args.peers_timeout, env)
     return peer_rows(json.loads(record_path.read_text()), unit)
+
+
+def peer_contenders(args: argparse.Namespace) -> List[str]:
+    """bench.e2e's contenders to run: ours that --peers-only names (all without it), and every
+    peer whose script was given."""
+    ours = [c for c in PEER_ROWS if c.startswith("nd ")]
+    return [c for c in PEER_ROWS if c not in ours or not args.peers_only
+            or c in args.peers_only.split(",")]
 
 
 def _against(ratios: Dict[tuple, List[float]], contender: str) -> Dict[str, float]:
@@ -872,6 +901,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_cli(argv)
     if args.list:
         list_units()
+        return 0
+    if args.prepare_data:
+        jpeg_set(args)
         return 0
     import torch
 
