@@ -69,6 +69,16 @@ class TrainConfig:
                            "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
     data_backend: str = field(default="pytorch", metadata=opt(
         DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
+    gpu_decoder: str = field(default="torchcodec", metadata=opt(
+        DATA, "--gpu-decoder", choices=("torchcodec", "nvimgcodec"),
+        help="--data-backend gpu's JPEG decoder: torchcodec (nvJPEG's CUDA decoder, whole "
+             "images) or nvimgcodec (nvImageCodec: only each crop's region, with the GPU's "
+             "hardware JPEG decoder where it has one); libjpeg-turbo on a CPU run"))
+    dali_hw_decoder_load: float = field(default=0.65, metadata=opt(
+        DATA, "--dali-hw-decoder-load",
+        help="--data-backend dali-gpu: the share of each batch that the GPU's hardware JPEG "
+             "decoder takes (A100, H100, H200), the CUDA decoder the rest (DALI's own "
+             "default); DALI's threads are -j"))
     dummy: bool = field(default=False, metadata=opt(
         DATA, "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
     workers: int = field(default=-1, metadata=opt(
@@ -577,6 +587,9 @@ def validate(cfg: TrainConfig) -> None:
                              f"got {cfg.loss_scale!r}") from None
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise UsageError("--label-smoothing must be in [0, 1)")
+    if not 0.0 <= cfg.dali_hw_decoder_load <= 1.0:
+        raise UsageError(f"--dali-hw-decoder-load is a share of each batch, in [0, 1]; got "
+                         f"{cfg.dali_hw_decoder_load}")
     if cfg.warmup_epochs < 0 or (cfg.warmup_epochs > 0 and cfg.warmup_epochs >= cfg.epochs):
         raise UsageError(f"--warmup-epochs must be in [0, --epochs), got {cfg.warmup_epochs}")
     validate_recipe(cfg)

@@ -263,3 +263,8 @@ def test_bad_esync_options(expect_usage_error, tiny_imagefolder, args, message):
 ])
 def test_bad_parameter_server_arguments(expect_usage_error, tiny_imagefolder, args, message):
     expect_usage_error(TINY + [*args, tiny_imagefolder], message, script="ps.py")
+
+
+def test_a_hardware_decoder_share_outside_0_to_1(expect_usage_error, tiny_imagefolder):
+    expect_usage_error(TINY + ["--data-backend", "dali-gpu", "--dali-hw-decoder-load", "1.5",
+                               tiny_imagefolder], "--dali-hw-decoder-load is a share")

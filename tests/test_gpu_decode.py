@@ -49,6 +49,18 @@ def torchcodec():
                                "environment lacks it")
 
 
+DECODER_MODULES = {"torchcodec": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec"}
+
+
+@pytest.fixture(params=list(DECODER_MODULES))
+def gpu_decoder(request):
+    """Each --gpu-decoder in turn (its flags), on the CPU: libjpeg-turbo through TorchCodec
+    (whole images) and through nvImageCodec (each crop's region)."""
+    pytest.importorskip(DECODER_MODULES[request.param],
+                        reason="requirements.txt has it; this environment lacks it")
+    return ["--gpu-decoder", request.param]
+
+
 def _cfg(data, backend="gpu", *extra):
     return parse_args(["-a", "timm/test_resnet", "--image-size", "32", "-b", "8", "-j", "0",
                        "--seed", "3", "--data-backend", backend, *map(str, extra), str(data)],
@@ -153,30 +165,45 @@ def test_refused_augmentations_name_the_backends_that_have_them(tiny_imagefolder
             build_loaders(_cfg(tiny_imagefolder, "gpu", *extra), Shard(), CPU)
 
 
-def test_without_torchcodec_the_backend_says_what_to_install(tiny_imagefolder, monkeypatch):
+def test_without_its_decoder_the_backend_says_what_to_install(tiny_imagefolder, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # import fails
     with pytest.raises(UsageError, match="pip install torchcodec"):
         build_loaders(_cfg(tiny_imagefolder), Shard(), CPU)
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)
+    with pytest.raises(UsageError, match=r"pip install 'nvidia-nvimgcodec-cu13\[nvjpeg\]'"):
+        build_loaders(_cfg(tiny_imagefolder, "gpu", "--gpu-decoder", "nvimgcodec"), Shard(), CPU)
 
 
 # --- against the pytorch backend -----------------------------------------------------------------
 @pytest.mark.parametrize("world", [1, 2])
-def test_training_batches_match_the_pytorch_backend_on_every_rank(tiny_imagefolder, torchcodec,
+def test_training_batches_match_the_pytorch_backend_on_every_rank(tiny_imagefolder, gpu_decoder,
                                                                   world):
     for rank in range(world):
-        _assert_close_to_pytorch(tiny_imagefolder, "train", rank, world)
+        _assert_close_to_pytorch(tiny_imagefolder, "train", rank, world, *gpu_decoder)
 
 
 def test_validation_and_progressive_crops_match_the_pytorch_backend(tiny_imagefolder,
-                                                                    torchcodec):
-    _assert_close_to_pytorch(tiny_imagefolder, "val", 1, 2)
+                                                                    gpu_decoder):
+    _assert_close_to_pytorch(tiny_imagefolder, "val", 1, 2, *gpu_decoder)
     # --progressive-resize: epoch 1 of 0..2 crops 48 px (enlarging most boxes)
-    _assert_close_to_pytorch(tiny_imagefolder, "train", 0, 1,
+    _assert_close_to_pytorch(tiny_imagefolder, "train", 0, 1, *gpu_decoder,
                              "--progressive-resize", "32", "64", "0", "2")
 
 
+def test_decoding_only_the_crops_region_is_cutting_it_from_the_whole_image(tiny_imagefolder,
+                                                                           torchcodec):
+    """nvImageCodec's region decode on a CPU (libjpeg-turbo, the blocks outside the region
+    skipped) gives the batches that TorchCodec's whole images, cut, give: bit for bit."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    whole, _ = _batches(_cfg(tiny_imagefolder, "gpu", "--gpu-decoder", "torchcodec"), "train")
+    regions, _ = _batches(_cfg(tiny_imagefolder, "gpu", "--gpu-decoder", "nvimgcodec"), "train")
+    assert len(whole) == len(regions) > 1
+    for (x, y), (x_region, y_region) in zip(whole, regions):
+        assert torch.equal(y, y_region) and torch.equal(x, x_region)
+
+
 def test_damaged_files_are_decoded_or_replaced_and_counted_as_by_pytorch(tiny_imagefolder,
-                                                                         tmp_path, torchcodec):
+                                                                         tmp_path, gpu_decoder):
     """Grayscale and CMYK JPEGs and a PNG named .JPEG go to the CPU decoder and train as with
     the pytorch backend; truncated, empty and non-image files are replaced (training, by the
     same next sample) or dropped (validation), and counted alike."""
@@ -184,10 +211,10 @@ def test_damaged_files_are_decoded_or_replaced_and_counted_as_by_pytorch(tiny_im
     shutil.copytree(tiny_imagefolder, data)
     made = add_damaged_files(sorted((data / "train").iterdir())[1])
     add_damaged_files(sorted((data / "val").iterdir())[2])
-    ours, skipped = _batches(_cfg(data, "gpu", "-b", "7"), "train")
+    ours, skipped = _batches(_cfg(data, "gpu", "-b", "7", *gpu_decoder), "train")
     assert skipped == sum(not ok for ok in made.values())
-    _assert_close_to_pytorch(data, "train", 0, 1, "-b", "7")
-    _assert_close_to_pytorch(data, "val", 0, 1, "-b", "7")
+    _assert_close_to_pytorch(data, "train", 0, 1, "-b", "7", *gpu_decoder)
+    _assert_close_to_pytorch(data, "val", 0, 1, "-b", "7", *gpu_decoder)
 
 
 # --- real runs -----------------------------------------------------------------------------------
@@ -234,3 +261,29 @@ def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_pa
     val = records(tmp_path / "damaged", "val")[0]
     assert val["count"] == 20 + sum(val_damaged.values())
     assert val["skipped"] == sum(not ok for ok in val_damaged.values())
+
+
+def test_the_decoder_bounds_catch_a_crop_one_pixel_off_and_a_mirrored_one(tiny_imagefolder):
+    """The GPU tier's bounds on a decoder against libjpeg-turbo (tests/decode_agreement.py),
+    here with nvImageCodec's CPU decoder, which is libjpeg-turbo: the same crops agree (exactly
+    here); a crop cut one pixel down and right, or mirrored, does not."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from decode_agreement import agreement, agrees
+    from imagenet_recipes.data.jpeg_decoders import make_decoder
+
+    files = sorted((tiny_imagefolder / "train").rglob("*.JPEG"))[:24]
+    wholes = [read_image_uint8(str(f)) for f in files]
+    regions = [(h // 4, w // 4, h // 2, w // 2) for h, w in (x.shape[1:] for x in wholes)]
+    data = [torch.frombuffer(bytearray(f.read_bytes()), dtype=torch.uint8) for f in files]
+    ours = make_decoder("nvimgcodec", CPU)(data, regions)
+
+    def cut(dy: int = 0, dx: int = 0) -> list:
+        return [x[:, t + dy:t + dy + h, l + dx:l + dx + w] for x, (t, l, h, w) in
+                zip(wholes, regions)]
+
+    same = agreement(ours, cut())
+    assert agrees(same) and same["mean_abs"] == 0, same
+    off = agreement(ours, cut(1, 1))
+    mirrored = agreement([x.flip(2) for x in ours], cut())
+    assert not agrees(off), off
+    assert not agrees(mirrored), mirrored

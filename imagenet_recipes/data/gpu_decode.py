@@ -1,6 +1,8 @@
 """`--data-backend gpu`: DataLoader workers only read the files; the training process decodes
-each batch with TorchCodec (nvJPEG on the run's GPU, libjpeg-turbo on a CPU run) and crops,
-resizes, flips and normalises it with batched operations on the device.
+each batch with the --gpu-decoder (jpeg_decoders.py: TorchCodec, or nvImageCodec with the GPU's
+hardware JPEG decoder; libjpeg-turbo on a CPU run) and crops, resizes, flips and normalises it
+with batched operations on the device, in a thread of its own on a CUDA stream of its own,
+batches ahead of the step (prefetch.py).
 
 Who does what
   workers   (-j DataLoader processes, forked from the fork server of loader_server.py, as the
@@ -8,17 +10,18 @@ Who does what
             not the pixels), and draw the sample's RandomResizedCrop box and flip from the
             sample's own seed with the `pytorch` backend's own transform objects, in their
             order: both backends crop and flip a sample alike, and a resume needs no state.
-  trainer   decodes the batch's JPEGs in one `torchcodec.decoders.decode_jpeg(list, device=)`
-            call, gathers the crop boxes of the whole batch into one uint8 canvas, and resizes
-            them all in one `torchvision.ops.roi_align`; then flip, normalisation and
-            channels_last, as the other backends hand batches over (normalised float32 NCHW on
-            the device, int64 targets). Validation: the same, with the box that "resize the
-            shorter side to --val-resize-size, then centre crop" cuts out of the image.
+  trainer   (its batch-preparing thread) decodes the batch's JPEGs in one call of the
+            decoder (nvImageCodec: only each crop box's pixels), gathers the crop boxes of the
+            whole batch into one uint8 canvas, and resizes them all in one
+            `torchvision.ops.roi_align`; then flip, normalisation and channels_last, as the
+            other backends hand batches over (normalised float32 NCHW on the device, int64
+            targets). Validation: the same, with the box that "resize the shorter side to
+            --val-resize-size, then centre crop" cuts out of the image (whole images decoded).
 
 Which files the batched decoder gets: JPEGs in YCbCr (PIL's mode RGB) that end with their end
-marker and carry no EXIF rotation. TorchCodec turns images by their EXIF orientation, which
-torchvision's decode_image (the other backends' decoder) does not; CMYK JPEGs are not certain
-to come out of nvJPEG as the CPU decoders make them, and a JPEG cut short is what nvJPEG may
+marker and carry no EXIF rotation. TorchCodec and nvImageCodec turn images by their EXIF
+orientation, which torchvision's decode_image (the other backends' decoder) does not; CMYK
+JPEGs are not certain to come out of nvJPEG as the CPU decoders make them, and a JPEG cut short is what nvJPEG may
 decode without an error where libjpeg refuses it. The rest (grayscale or CMYK JPEGs, PNGs named
 .JPEG, JPEGs that the batched decoder refuses) is decoded in the training process exactly as the
 `pytorch` backend decodes every file (torchvision.io.decode_image to RGB, on the CPU), then
@@ -50,28 +53,18 @@ from torchvision.transforms import v2
 from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
+from .jpeg_decoders import make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
+from .prefetch import prepared_ahead
 from .sampling import SampleKey, Shard, ShardedSampler, train_sampling
 
-TORCHCODEC_PIP = "pip install torchcodec"
 _EXIF_ORIENTATION = 0x0112
 _JPEG_END = b"\xff\xd9"
 _TAIL_BYTES = 1024  # JPEGs written by some cameras carry a few bytes after their end marker
 # Rows of one canvas strip (roi_align's coordinates are float32: a strip this high keeps a
 # sample position within 1/2000 of a pixel); a box taller than this gets a strip of its own.
 _STRIP_ROWS = 4096
-
-
-def import_decode_jpeg():
-    """TorchCodec's decode_jpeg, or a UsageError that says what to install."""
-    try:
-        from torchcodec.decoders import decode_jpeg
-    except (ImportError, OSError, RuntimeError) as err:  # missing, or its libraries do not load
-        raise UsageError(f"--data-backend gpu decodes with TorchCodec, which cannot be imported "
-                         f"({err}): {TORCHCODEC_PIP} (a version that supports this torch, "
-                         f"{torch.__version__}; see TorchCodec's compatibility table)") from None
-    return decode_jpeg
 
 
 def refuse_unsupported(cfg: TrainConfig) -> None:
@@ -289,50 +282,43 @@ def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> 
 
 class BatchDecoder:
     """Decodes an EncodedBatch in the training process: the batched decoder's files in one call
-    on `device`, the rest (and what it refuses) on the CPU as the `pytorch` backend does."""
+    on `device` (only each training crop's region where the decoder can), the rest (and what
+    it refuses) on the CPU as the `pytorch` backend does."""
 
     def __init__(self, dataset: EncodedImages, device: torch.device,
-                 val_resize_crop: Tuple[int, int]):
-        """`val_resize_crop`: validation's (resize, crop), for a dataset without a CropDraw."""
-        self.decode_jpeg = import_decode_jpeg()
+                 val_resize_crop: Tuple[int, int], decoder: str = "torchcodec"):
+        """`val_resize_crop`: validation's (resize, crop), for a dataset without a CropDraw;
+        `decoder`: the --gpu-decoder (jpeg_decoders.py)."""
+        self.decode = make_decoder(decoder, device)
         self.dataset, self.device, self.val_resize_crop = dataset, device, val_resize_crop
         self.draw = dataset.draw
         self.train = self.draw is not None
-        # nvJPEG on the run's GPU; TorchCodec's libjpeg-turbo on a CPU run
-        self.decode_device = device if device.type == "cuda" else torch.device("cpu")
 
     def __call__(self, batch: EncodedBatch) -> Tuple[List[Decoded], int]:
         """-> (the decoded samples, files found unreadable)."""
         encoded = batch.data.split(batch.lengths)
-        images = self._decode_batched([encoded[i] for i, s in enumerate(batch.samples)
-                                       if s.batched])
-        decoded, unreadable, images = [], 0, iter(images)
+        batched = [i for i, s in enumerate(batch.samples) if s.batched]
+        # a training crop's region, where the decoder decodes regions; whole images otherwise
+        cropped = self.train and self.decode.crops
+        images = iter(self.decode([encoded[i] for i in batched],
+                                  [batch.samples[i].box if cropped else None for i in batched]))
+        decoded, unreadable = [], 0
         for sample, data in zip(batch.samples, encoded):
             image = next(images) if sample.batched else None
             if image is None:
                 image = self._decode_on_cpu(data, sample.index)
-            item, skipped = self._place(sample, image)
+                item, skipped = self._place(sample, image)
+            elif cropped:  # the decoded pixels are the region
+                height, width = image.shape[1:]
+                item, skipped = Decoded(image.to(self.device), sample.target,
+                                        (0, 0, height, width), (0.0, 0.0, float(width),
+                                                                float(height)), sample.flip), 0
+            else:
+                item, skipped = self._place(sample, image)
             unreadable += skipped
             if item is not None:
                 decoded.append(item)
         return decoded, unreadable
-
-    def _decode_batched(self, encoded: List[torch.Tensor]) -> List[Optional[torch.Tensor]]:
-        """One decode_jpeg call for the batch; if it fails, one call per file, to find the
-        files it refuses (None)."""
-        if not encoded:
-            return []
-        try:
-            return list(self.decode_jpeg(encoded, device=self.decode_device))
-        except Exception:  # one bad file fails the whole call
-            pass
-        images = []
-        for data in encoded:
-            try:
-                images.append(self.decode_jpeg(data, device=self.decode_device))
-            except Exception:
-                images.append(None)
-        return images
 
     def _decode_on_cpu(self, data: torch.Tensor, index: int) -> Optional[torch.Tensor]:
         """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes); None when it
@@ -373,23 +359,32 @@ class GpuDecodeLoader(SampledLoader):
         self.decoder = decoder
         self.size = size  # output size (training: unless the epoch's key says otherwise)
 
+    # Batches decoded ahead of the step, in a thread of their own (prefetch.py); 0: in the
+    # training thread, when asked for
+    ahead = 2
+
     def __iter__(self):
         self.skipped = 0
         crop = self.sampler.crop_of_epoch(self.sampler.epoch) if self.sampler.crop_of_epoch \
             else None
-        for batch in self.loader:
-            samples, unreadable = self.decoder(batch)
-            self.skipped += unreadable
-            if not samples:  # validation batch of only unreadable files
-                continue
-            images = crop_resize(samples, crop or self.size, self.device)
-            targets = torch.tensor([s.target for s in samples], dtype=torch.int64)
-            yield self.normalize(images), targets.to(self.device, non_blocking=True)
+        return prepared_ahead(self.loader, lambda batch: self._prepare(batch, crop or self.size),
+                              self.device, self.ahead)
+
+    def _prepare(self, batch: EncodedBatch, size: int) -> Optional[Tuple[torch.Tensor, ...]]:
+        """The device batch of an EncodedBatch: (normalised images, targets); None for a
+        validation batch of only unreadable files."""
+        samples, unreadable = self.decoder(batch)
+        self.skipped += unreadable
+        if not samples:
+            return None
+        images = crop_resize(samples, size, self.device)
+        targets = torch.tensor([s.target for s in samples], dtype=torch.int64)
+        return self.normalize(images), targets.to(self.device, non_blocking=True)
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     refuse_unsupported(cfg)
-    import_decode_jpeg()  # fail before any worker starts
+    make_decoder(cfg.gpu_decoder, device)  # a decoder that cannot load fails before any worker
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
@@ -408,7 +403,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
                             num_workers=workers, collate_fn=collate_encoded, drop_last=train,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
-        decoder = BatchDecoder(dataset, device, val_resize_crop)
+        decoder = BatchDecoder(dataset, device, val_resize_crop, cfg.gpu_decoder)
         size = cfg.image_size if train else val_resize_crop[1]
         return GpuDecodeLoader(loader, sampler, decoder, size, device, cfg.channels_last)
 
