@@ -50,19 +50,35 @@ DATA_WAIT_SHARE = 0.10
 
 
 def data_wait_note(share: float, backend: str, workers: int, cores: int,
-                   device_type: str) -> Optional[str]:
+                   device_type: str, gpu_decoder: str = "torchcodec") -> Optional[str]:
     """The note after the first epoch when this process waited for data for `share` of it
-    (`workers`: its -j; `cores`: its share of the machine's cores), else None."""
+    (`workers`: its -j; `cores`: its share of the machine's cores), else None. What it advises
+    is what helps that backend: more workers only where workers (or DALI's threads) decode and
+    there are cores left; with the `gpu` backend the workers only read files, the GPU decodes."""
     if share < DATA_WAIT_SHARE or backend == "synthetic":
         return None
+    cuda = device_type == "cuda"
     fixes = []
-    if workers < cores - 1:
-        fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
-    else:
-        fixes.append(f"-j {workers} already uses every core but one")
-    if device_type == "cuda" and backend not in ("dali-gpu", "gpu"):
+    decoding_workers = backend in ("pytorch", "dali-cpu", "dali-gpu")
+    if decoding_workers:
+        if workers < cores - 1:
+            fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
+        else:
+            fixes.append(f"-j {workers} already uses every core but one")
+    if backend == "gpu" and cuda:
+        if gpu_decoder != "nvimgcodec":
+            fixes.append("decode only each crop's pixels, with the GPU's hardware JPEG decoder "
+                         "where it has one: --gpu-decoder nvimgcodec")
+        fixes.append("or --data-backend dali-gpu")
+    elif backend == "gpu":
+        fixes.append("on a CPU this backend decodes in the training process: --data-backend "
+                     "dali-cpu or pytorch decode in workers beside it")
+    elif backend == "dali-gpu" and cuda:
+        fixes.append("give the GPU's hardware JPEG decoder more of each batch: "
+                     "--dali-hw-decoder-load 0.9")
+    elif cuda:
         fixes.append("decode on the GPU: --data-backend dali-gpu or gpu")
-    elif device_type != "cuda" and backend == "pytorch":
+    elif backend == "pytorch":
         fixes.append("decode with DALI's CPU pipeline: --data-backend dali-cpu")
     return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "
             f"its loader ({backend}, -j {workers} on {cores} cores per process) is slower than "

@@ -323,7 +323,8 @@ class Trainer:
             self._data_wait_told = True
             note = data_wait_note(epoch_data_time / max(epoch_time, 1e-9), cfg.backend,
                                   self.train_loader.workers,
-                                  cores_per_process(strategy.local_world_size), self.device.type)
+                                  cores_per_process(strategy.local_world_size), self.device.type,
+                                  cfg.gpu_decoder)
             if note:
                 self.log.print(note)
         return {**stats, "img_s": img_s, "epoch_time": epoch_time}

@@ -556,20 +556,30 @@ def test_a_run_that_waited_for_data_says_which_flag_helps():
     assert "every core but one" in all_cores and "--data-backend dali-gpu" in all_cores
     cpu = data_wait_note(0.5, "pytorch", 1, 2, "cpu")
     assert "dali-gpu" not in cpu and "--data-backend dali-cpu" in cpu
-    assert "--data-backend dali-gpu" not in data_wait_note(0.5, "dali-gpu", 3, 4, "cuda")
+    dali_gpu = data_wait_note(0.5, "dali-gpu", 15, 16, "cuda")
+    assert "--data-backend dali-gpu" not in dali_gpu and "--dali-hw-decoder-load" in dali_gpu
+    # the gpu backend's workers only read files: no -j advice (the H200's note said "raise -j"
+    # at -j 15 of 16 cores), the decoder that helps instead
+    for workers in (3, 15):
+        gpu_backend = data_wait_note(0.62, "gpu", workers, 16, "cuda")
+        assert "-j" not in gpu_backend.split("training.")[1], gpu_backend
+        assert "--gpu-decoder nvimgcodec" in gpu_backend and "dali-gpu" in gpu_backend
+    assert "--gpu-decoder" not in data_wait_note(0.62, "gpu", 15, 16, "cuda", "nvimgcodec")
+    assert "dali-cpu" in data_wait_note(0.5, "gpu", 1, 2, "cpu")
 
 
 def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_imagefolder, tmp_path,
                                                                          monkeypatch, capsys):
     """What the engine hands the note: the first epoch's share of time spent waiting for data,
-    the backend, the loader's -j and this process's cores; and it prints what comes back."""
+    the backend, the loader's -j, this process's cores and the --gpu-decoder; and it prints
+    what comes back."""
     from imagenet_recipes import engine
     from imagenet_recipes.strategies import Strategy
 
     calls = []
 
-    def note(share, backend, workers, cores, device_type):
-        calls.append((share, backend, workers, cores, device_type))
+    def note(share, backend, workers, cores, device_type, gpu_decoder):
+        calls.append((share, backend, workers, cores, device_type, gpu_decoder))
         return "note: waited"
 
     monkeypatch.setattr(engine, "data_wait_note", note)
@@ -581,8 +591,9 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
     trainer.fit()
     trainer.close()
     assert len(calls) == 1
-    share, backend, workers, cores, device_type = calls[0]
+    share, backend, workers, cores, device_type, gpu_decoder = calls[0]
     assert 0 < share < 1 and (backend, workers, device_type) == ("pytorch", 0, "cpu")
+    assert gpu_decoder == "torchcodec"  # the --gpu-decoder default
     assert cores >= 1
     printed = [line for line in capsys.readouterr().out.splitlines() if "note: waited" in line]
     assert len(printed) == 1
