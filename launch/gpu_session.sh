@@ -16,6 +16,8 @@
 #   tier     bash launch/gpu_check.sh --first-of-each        -> DIR/tier/
 #   scripts  bench.gpu --group scripts: nd.py on synthetic data and on generated JPEGs (the
 #            default loader, --data-backend gpu and dali-gpu where installed), ddp.py on one rank
+#   decode   bench.gpu --group decode: each data backend's input pipeline alone (no model), a
+#            batch ready on the GPU, against the synthetic training rate: the decode capacity
 #   peers    bench.gpu --group peers: nd.py (the default command) end to end against timm's
 #            train.py, one run each in turns, on the scripts' JPEG set (84,480 images at the GPU
 #            sizes: three epochs take several times the runs' start-up) (skipped without
@@ -23,11 +25,12 @@
 #   causes   bench.gpu --group causes: where DDP's cost on one GPU and the gap to timm's
 #            compiled benchmark go (timm's benchmark.py from PEERS when it is there)
 #   loop     bench.gpu --group loop,compile: the engine's step against a bare loop
-# The JPEG set that scripts and peers read is made once, beside the tier (CPU work while the
+# The JPEG set that scripts, decode and peers read is made once, beside the tier (CPU work while the
 # tier's checks use the GPU), in DIR/jpegs/.
 # Sized from one H200's times (tier 133 s, scripts 110 s without the set, a peers run's start-up
-# and first step 22-26 s): tier, scripts and peers fit the default budget and causes starts in
-# what is left; a second call of the same command runs the rest (causes, loop and compile).
+# and first step 22-26 s; decode estimated at 1.5 min): tier, scripts and decode fit the default
+# budget and peers starts in what is left; a second call of the same command runs the rest
+# (peers, causes, loop and compile).
 # --peers PEERS: a folder with timm's benchmark.py and train.py (from its repository's root);
 # bench.gpu --group peers --torchvision compares with torchvision's reference too (longer: its
 # runs take 1.5-1.9x ours).
@@ -41,7 +44,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-all_steps=(tier scripts peers causes loop)
+all_steps=(tier scripts decode peers causes loop)
 out="" budget="" peers="" cpu=0 steps=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -95,6 +98,8 @@ command_of() {  # command_of STEP: the step's command, one word per line; none: 
     tier) printf '%s\n' bash launch/gpu_check.sh --first-of-each "${tier[@]}" --out "$out/tier" ;;
     scripts) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group scripts \
                --data "$jpegs" --json "$out/gpu_scripts.json" ;;
+    decode) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group decode \
+              --data "$jpegs" --json "$out/gpu_decode.json" ;;
     loop) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" \
             --group loop,compile --json "$out/gpu_loop.json" ;;
     causes) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group causes \
@@ -122,7 +127,7 @@ rc=${PIPESTATUS[0]}
 # first step that reads it waits for it.
 jpegs_pid=""
 for step in "${steps[@]}"; do
-  if [[ $step == scripts || $step == peers ]] && ! finished "$step" && [ -z "$jpegs_pid" ]; then
+  if [[ $step =~ ^(scripts|decode|peers)$ ]] && ! finished "$step" && [ -z "$jpegs_pid" ]; then
     "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --prepare-data --data "$jpegs" \
       > "$out/jpegs.log" 2>&1 &
     jpegs_pid=$!
@@ -149,7 +154,7 @@ for step in "${steps[@]}"; do
   if [ ${#cmd[@]} -eq 0 ]; then
     note "$step: skipped (no peer script in --peers)"; continue
   fi
-  if [[ $step == scripts || $step == peers ]]; then
+  if [[ $step =~ ^(scripts|decode|peers)$ ]]; then
     jpegs_ready
     [ $jpegs_failed -eq 0 ] || { failed+=("$step"); continue; }
     left=$((deadline - SECONDS))

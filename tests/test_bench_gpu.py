@@ -371,3 +371,40 @@ def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
             "| 12.0 GiB | 3,020-3,050 |") in engine
     assert "| dali-gpu [2] | config of dali-gpu | skipped: nvidia.dali is not installed |" in text
     assert "Targets: 2 met, 0 missed." in text
+
+
+@pytest.mark.slow
+def test_on_a_cpu_the_decode_group_measures_each_backends_pipeline_alone(tmp_path):
+    """bench.gpu --group decode (bench.decode in-process) over the loader rows' JPEG set: a row
+    per backend, each against the synthetic training rate; dali-gpu skipped without a GPU; the
+    pytorch row is its best -j, with each -j's rate beside it."""
+    record_path = tmp_path / "decode.json"
+    proc = run_tool("gpu", *TINY, "--group", "decode", "--json", record_path, "--out",
+                    tmp_path / "out", "--data", tmp_path / "jpegs", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
+    assert list(rows) == ["nd-synthetic", *gpu.DECODE_ROWS.values()]
+    assert rows["decode-dali-gpu"]["status"] == "skipped"
+    assert "GPU" in rows["decode-dali-gpu"]["note"]
+    for name in ("decode-pytorch", "decode-gpu-torchcodec", "decode-gpu-nvimgcodec",
+                 "decode-dali-cpu"):
+        row = rows[name]
+        assert row["status"] == "ok" and row["img_s"] > 0, row
+        assert row["reference"] == "nd-synthetic"
+        assert row["ratio"] == pytest.approx(row["img_s"] / rows["nd-synthetic"]["img_s"])
+        assert row["targets"][0]["name"] == "decode_capacity"
+        assert 0 < row["detail"]["cores_busy"] <= os.cpu_count() + 0.5
+    assert rows["decode-pytorch"]["detail"]["by_workers"] == {
+        "1": pytest.approx(rows["decode-pytorch"]["img_s"], abs=0.1)}
+
+
+def test_the_decode_tool_refuses_a_folder_without_train_and_unknown_rows(tmp_path):
+    from imagenet_recipes.bench import decode
+
+    with pytest.raises(SystemExit):
+        decode.parse_cli([str(tmp_path), "--device", "cpu"])
+    (tmp_path / "train").mkdir()
+    args = decode.parse_cli([str(tmp_path), "--device", "cpu", "--only", "pytorch,warp"])
+    with pytest.raises(SystemExit, match="unknown rows"):
+        decode.rows_to_run(args)
+    assert decode.worker_counts(16) == [2, 4, 8, 15] and decode.worker_counts(2) == [1]

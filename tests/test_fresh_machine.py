@@ -104,7 +104,7 @@ def test_a_gpu_session_and_the_quickstart_run_from_a_fresh_clone(tmp_path):
                              text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=1800)
     log = (out / "session.log").read_text()
     assert session.returncode == 0, log + session.stdout[-4000:] + session.stderr[-3000:]
-    for step in ("tier", "scripts", "peers", "causes", "loop"):
+    for step in ("tier", "scripts", "decode", "peers", "causes", "loop"):
         assert f"gpu_session: {step}: exit 0 after" in log, log
     assert "ModuleNotFoundError" not in (out / "tier/output.log").read_text()
     checks = [json.loads(line) for line in (out / "tier/checks.jsonl").read_text().splitlines()]
@@ -122,7 +122,7 @@ def test_a_gpu_session_and_the_quickstart_run_from_a_fresh_clone(tmp_path):
                             "--peers", str(peers)], cwd=clone, capture_output=True, text=True,
                            env=env, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert again.stdout.count("finished in an earlier call") == 5, again.stdout
+    assert again.stdout.count("finished in an earlier call") == 6, again.stdout
 
     quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "1"], cwd=clone,
                            env={**env, "RECIPES_VENV": "system"}, capture_output=True,

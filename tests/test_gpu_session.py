@@ -66,6 +66,8 @@ def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path)
     assert bench[1:] == [
         f"-m imagenet_recipes.bench.gpu --out {out}/bench/scripts --group scripts "
         f"--data {out}/jpegs --json {out}/gpu_scripts.json",
+        f"-m imagenet_recipes.bench.gpu --out {out}/bench/decode --group decode "
+        f"--data {out}/jpegs --json {out}/gpu_decode.json",
         f"-m imagenet_recipes.bench.gpu --out {out}/bench/peers --group peers "
         f"--timm {peers}/train.py --peers-data {out}/jpegs --peers-only nd fast "
         f"--peers-repeats 1 --json {out}/gpu_peers.json",
@@ -74,14 +76,14 @@ def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path)
         f"-m imagenet_recipes.bench.gpu --out {out}/bench/loop --group loop,compile "
         f"--json {out}/gpu_loop.json"]
     log = (out / "session.log").read_text()
-    assert "steps tier scripts peers causes loop" in log and log.rstrip().endswith("done")
+    assert "steps tier scripts decode peers causes loop" in log and log.rstrip().endswith("done")
     assert "JPEG set ready" in log
 
     # the same command again: every step finished, none runs again
     proc, again = session(tmp_path, "--peers", str(peers))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [c for c in again[len(calls):] if "-m pytest" in c or "bench.gpu" in c]
-    assert proc.stdout.count("finished in an earlier call with this --out") == 5
+    assert proc.stdout.count("finished in an earlier call with this --out") == 6
 
 
 @pytest.mark.slow

@@ -28,6 +28,11 @@ along, so every target of a record is judged within it.
            torchrun with one process (NCCL on a GPU, gloo on a CPU); train/nd.py on generated
            JPEGs with the pytorch loader; the same with --data-backend gpu (TorchCodec's
            nvJPEG, when torchcodec is installed) and with dali-gpu (when nvidia.dali is).
+  decode   (bench.decode, in this process) each backend's input pipeline alone, no model: the
+           pytorch loader at -j from a few to every core but one (its row: the best), the gpu
+           backend with each --gpu-decoder, dali-gpu and dali-cpu, each a batch ready on the
+           device, over the loader rows' JPEG set; against the synthetic training rate (target:
+           1.5x, room beside the step). CPU cores busy and the JPEG engines' use in the detail.
   peers    this project against timm's train.py and torchvision's reference train.py, end to
            end on the same generated JPEGs, GPU, model, batch, loader workers and epochs, in
            turns: bench.e2e's contenders nd fast (O1 float16, channels_last, the default
@@ -95,12 +100,14 @@ from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85,
-           "gpu_decode_synthetic": 0.95, "vs_timm": 1.10, "vs_torchvision": 1.10}
+           "gpu_decode_synthetic": 0.95, "vs_timm": 1.10, "vs_torchvision": 1.10,
+           "decode_capacity": 1.5}
 TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
                "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}",
                "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}",
                "vs_timm": "timm's time/ours end to end >= {:g}",
-               "vs_torchvision": "torchvision reference's time/ours end to end >= {:g}"}
+               "vs_torchvision": "torchvision reference's time/ours end to end >= {:g}",
+               "decode_capacity": "decode-only img/s / training img/s (synthetic) >= {:g}"}
 # The peers unit's rows: bench.e2e's contender -> row
 PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
              "nd dali-gpu": "peers-nd-dali-gpu", "timm fast": "peers-timm",
@@ -108,6 +115,10 @@ PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
 # timm's benchmark.py rows -> the hand-written step doing the same work
 TIMM_BENCHMARK_REFERENCE = {"timm-benchmark": "step-timm-work",
                             "timm-benchmark-compiled": "step-compiled-timm-work"}
+# The decode group's rows: bench.decode's row -> row (the pytorch row: its best -j)
+DECODE_ROWS = {"pytorch": "decode-pytorch", "gpu torchcodec": "decode-gpu-torchcodec",
+               "gpu nvimgcodec": "decode-gpu-nvimgcodec", "dali-gpu": "decode-dali-gpu",
+               "dali-cpu": "decode-dali-cpu"}
 # The loader rows count over this many intervals of (workers x prefetch_factor) batches.
 LOADER_WINDOW = 10
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
@@ -147,6 +158,9 @@ def _units() -> Dict[str, Unit]:
         Unit("dali-gpu", "scripts", ("dali-gpu",),
              "train/nd.py on generated JPEGs, --data-backend dali-gpu (when installed)",
              needs=("nd-synthetic",)),
+        Unit("decode-only", "decode", tuple(DECODE_ROWS.values()),
+             "bench.decode: each backend's input pipeline alone, a batch ready on the device, "
+             "against the synthetic training rate", needs=("nd-synthetic",)),
         Unit("peers", "peers", tuple(PEER_ROWS.values()),
              "bench.e2e: train/nd.py against timm's and torchvision's train.py on the same "
              "generated JPEGs"),
@@ -405,6 +419,8 @@ def reference_of(row: str) -> Optional[str]:
         return "nd-synthetic"
     if row.startswith("peers-nd-"):
         return "peers-timm"
+    if row in DECODE_ROWS.values():
+        return "nd-synthetic"
     for variants in step_variants.SETS.values():
         if row in [v.name for v in variants[1:]]:
             return variants[0].name
@@ -426,6 +442,8 @@ def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
         specs.append(("dali_synthetic", row["ratio"]))
     if name == "gpu-decode":
         specs.append(("gpu_decode_synthetic", row["ratio"]))
+    if name in DECODE_ROWS.values():
+        specs.append(("decode_capacity", row["ratio"]))
     if name.startswith("peers-nd-"):
         end_to_end = row["detail"]["end_to_end"]
         specs += [("vs_timm", end_to_end.get("timm fast")),
@@ -747,6 +765,36 @@ def measure_timm_benchmark(ctx: Context, unit: Unit) -> List[dict]:
     return rows
 
 
+# --- decode capacity: bench.decode, in this process ---------------------------------------------
+def measure_decode(ctx: Context, unit: Unit) -> List[dict]:
+    """bench.decode's rows over the loader rows' JPEG set, at this tool's batch and size; the
+    pytorch backend's row is its best -j, every -j's rate in its detail."""
+    from imagenet_recipes.bench import decode
+
+    args = ctx.args
+    dargs = argparse.Namespace(data=jpeg_set(args), device=args.device,
+                               batch_size=args.batch_size, image_size=args.image_size,
+                               batches=max(3 * args.steps, 10), only=None,
+                               workers=str(args.workers) if args.workers else None)
+    measured = decode.measure(dargs)
+    rows = []
+    for backend, name in DECODE_ROWS.items():
+        found = [r for r in measured if r["backend"] == backend]
+        ok = [r for r in found if r["status"] == "ok"]
+        config = f"bench.decode {backend}: {args.batch_size} x {args.image_size} px"
+        if not ok:
+            status = found[0]["status"] if found else "skipped"
+            rows.append(dict(new_row(name, unit.name, config), status=status,
+                             note=found[0].get("detail", "") if found else ""))
+            continue
+        best = max(ok, key=lambda r: r["img_s"])
+        rows.append(new_row(name, unit.name, f"{config}, -j {best['workers']}", best["img_s"],
+                            reference=reference_of(name), workers=best["workers"],
+                            cores_busy=best["cores_busy"], jpeg_engines=best["jpeg_engines"],
+                            by_workers={r["workers"]: round(r["img_s"], 1) for r in ok}))
+    return rows
+
+
 # --- the peers: bench.e2e -----------------------------------------------------------------------
 def measure_peers(ctx: Context, unit: Unit) -> List[dict]:
     """bench.e2e as its own process (its contenders in turns, each started as a user starts
@@ -829,6 +877,8 @@ def measure(ctx: Context, unit: Unit) -> List[dict]:
         return measure_synthetic(ctx, unit, "ddp")
     if unit.name == "peers":
         return measure_peers(ctx, unit)
+    if unit.name == "decode-only":
+        return measure_decode(ctx, unit)
     if unit.group == "causes":
         if unit.name == "nd-torchrun":
             return measure_synthetic(ctx, unit, "nd", launcher="torchrun")

@@ -1,0 +1,235 @@
+"""Decode capacity: each data backend's training input pipeline alone, no model, on the device
+that would train: files read, JPEGs decoded, RandomResizedCrop, flip, normalised, a batch ready
+on the device. What the loader could feed, to hold against what the GPU trains (bench.gpu
+--group scripts): a loader slower than training holds the step back; one faster has room.
+
+    launch/env.sh python -m imagenet_recipes.bench.decode DATA --json runs/decode.json   # a GPU
+    launch/env.sh python -m imagenet_recipes.bench.decode DATA --device cpu -b 32 --image-size 64
+    python -m imagenet_recipes.bench.gpu --group decode ...       # the same rows, in bench.gpu
+
+Rows, each where it can run (`--only` picks some):
+  pytorch -j N        --data-backend pytorch with N loader workers, for N from a few to every core
+                      but one (--workers sets the list)
+  gpu torchcodec      --data-backend gpu --gpu-decoder torchcodec (nvJPEG's CUDA decoder)
+  gpu nvimgcodec      --data-backend gpu --gpu-decoder nvimgcodec (crop regions only; the GPU's
+                      hardware JPEG decoder and the CUDA decoder); on a CPU both gpu rows decode
+                      with libjpeg-turbo in the training process
+  dali-gpu            --data-backend dali-gpu (DALI's mixed decoder, ROI); a GPU only
+  dali-cpu            --data-backend dali-cpu
+
+Each row builds the backend's training loader as the entry scripts do, takes the batches that
+its workers may hold ready before the clock starts (prefetch) plus two, then times --batches
+batches: images over wall seconds, until the last batch is on the device (a CUDA
+synchronisation at the end of the window, none inside it). Beside it: the CPU cores busy over
+the window (the whole machine's busy CPU-seconds over the wall seconds), and on a GPU the
+hardware JPEG engines' utilisation as nvidia-smi reports it mid-window (where it does).
+The rows run one after the other, each over the same files, in the order listed.
+This is a benchmark, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from imagenet_recipes.bench.common import installed
+from imagenet_recipes.bench.jobs import busy_cpu_seconds
+
+ROWS = ("pytorch", "gpu torchcodec", "gpu nvimgcodec", "dali-gpu", "dali-cpu")
+DECODER_MODULE = {"gpu torchcodec": "torchcodec", "gpu nvimgcodec": "nvidia.nvimgcodec",
+                  "dali-gpu": "nvidia.dali", "dali-cpu": "nvidia.dali"}
+
+
+def worker_counts(cores: int) -> List[int]:
+    """-j of the pytorch rows: from a few to every core but one."""
+    top = max(1, cores - 1)
+    return sorted({n for n in (2, 4, 8) if n < top} | {top})
+
+
+def backend_flags(row: str) -> List[str]:
+    if row.startswith("gpu "):
+        return ["--data-backend", "gpu", "--gpu-decoder", row.split()[1]]
+    return ["--data-backend", row]
+
+
+def why_not(row: str, device: str) -> Optional[str]:
+    """Why the row cannot run here, or None."""
+    module = DECODER_MODULE.get(row)
+    if module and not installed(module):
+        return f"{module} is not installed"
+    if row == "dali-gpu" and device != "cuda":
+        return "dali-gpu decodes on a GPU"
+    return None
+
+
+class JpegEngineWatch:
+    """The hardware JPEG engines' utilisation, read once from nvidia-smi a moment into the
+    window (None where nvidia-smi is missing or reports none)."""
+
+    def __init__(self, delay_s: float):
+        self.value: Optional[str] = None
+        self._thread = None
+        if shutil.which("nvidia-smi"):
+            self._thread = threading.Thread(target=self._read, args=(delay_s,), daemon=True)
+            self._thread.start()
+
+    def _read(self, delay_s: float) -> None:
+        time.sleep(delay_s)
+        try:
+            out = subprocess.run(["nvidia-smi", "-q", "-d", "UTILIZATION", "-i", "0"],
+                                 capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        found = re.findall(r"(JPE?G\w*)\s*:\s*([^\n]+)", out)
+        self.value = "; ".join(f"{name} {value.strip()}" for name, value in found) or None
+
+    def result(self) -> Optional[str]:
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        return self.value
+
+
+def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
+    """One row: its loader's batches over a timed window (see the module docstring)."""
+    import torch
+
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data import Shard, build_loaders
+
+    device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
+    # prefetch: what a pytorch-style loader holds ready before the clock starts
+    ready = workers * 2 if row in ("pytorch", "gpu torchcodec", "gpu nvimgcodec") else 2
+    warm = ready + 2
+    cfg = parse_args(["-a", "resnet50", "-b", str(args.batch_size), "-j", str(workers),
+                      "--image-size", str(args.image_size), "--channels-last",
+                      "--steps-per-epoch", str(warm + args.batches), *backend_flags(row),
+                      str(args.data)], entry="nd")
+    train, val, _ = build_loaders(cfg, Shard(), device)
+    train.set_epoch(0)
+    batches, images = iter(train), 0
+    try:
+        for _ in range(warm):
+            next(batches)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        watch = JpegEngineWatch(delay_s=0.5) if device.type == "cuda" else None
+        busy, start = busy_cpu_seconds(), time.perf_counter()
+        for _ in range(args.batches):
+            x, _ = next(batches)
+            images += x.shape[0]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        busy_after = busy_cpu_seconds()
+    finally:
+        getattr(batches, "close", lambda: None)()  # stops a thread preparing batches ahead
+        train.close()
+        val.close()
+    cores = (busy_after - busy) / seconds if busy is not None and busy_after is not None \
+        else None
+    name = f"pytorch -j {workers}" if row == "pytorch" else row
+    return {"name": name, "backend": row, "workers": workers, "img_s": images / seconds,
+            "images": images, "seconds": seconds, "cores_busy": cores,
+            "jpeg_engines": watch.result() if watch else None, "status": "ok"}
+
+
+def rows_to_run(args: argparse.Namespace) -> List[tuple]:
+    """(row, workers) in the order they run."""
+    cores = os.cpu_count() or 1
+    chosen = args.only.split(",") if args.only else list(ROWS)
+    unknown = set(chosen) - set(ROWS)
+    if unknown:
+        raise SystemExit(f"bench.decode: unknown rows {sorted(unknown)}; rows: {', '.join(ROWS)}")
+    plan = []
+    for row in chosen:
+        if row == "pytorch":
+            counts = [int(n) for n in args.workers.split(",")] if args.workers else \
+                worker_counts(cores)
+            plan += [(row, n) for n in counts]
+        else:
+            plan.append((row, max(1, cores - 1)))  # DALI's threads, the gpu rows' file readers
+    return plan
+
+
+def measure(args: argparse.Namespace, report=print) -> List[dict]:
+    """Every row that can run here, one after the other; a row that cannot says why."""
+    results = []
+    for row, workers in rows_to_run(args):
+        reason = why_not(row, args.device)
+        if reason:
+            results.append({"name": row, "backend": row, "status": "skipped", "detail": reason})
+            report(f"  {row:<18} skipped: {reason}")
+            continue
+        try:
+            result = measure_row(row, workers, args)
+        except Exception as err:  # a backend that fails here must not stop the others
+            result = {"name": row, "backend": row, "status": "failed",
+                      "detail": f"{type(err).__name__}: {err}"[:400]}
+            report(f"  {row:<18} FAILED: {result['detail']}")
+        else:
+            cores = result["cores_busy"]
+            report(f"  {result['name']:<18} {result['img_s']:>9,.0f} img/s  "
+                   f"{'' if cores is None else f'{cores:.1f} cores busy'}"
+                   f"{'  ' + result['jpeg_engines'] if result['jpeg_engines'] else ''}")
+        results.append(result)
+    return results
+
+
+def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m imagenet_recipes.bench.decode",
+                                description=__doc__.split("\n")[0],
+                                epilog=__doc__.split("\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", type=Path, help="an ImageFolder root with train/ (e.g. bench.gpu "
+                   "--prepare-data's set)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                   help="(default: %(default)s)")
+    p.add_argument("-b", "--batch-size", type=int, default=256, help="(default: %(default)s)")
+    p.add_argument("--image-size", type=int, default=224, help="(default: %(default)s)")
+    p.add_argument("--batches", type=int, default=40,
+                   help="timed batches per row (default: %(default)s)")
+    p.add_argument("--workers", help="comma-separated -j of the pytorch rows (default: from a "
+                   "few to every core but one)")
+    p.add_argument("--only", help=f"comma-separated rows: {', '.join(ROWS)}")
+    p.add_argument("--json", type=Path, help="the record")
+    args = p.parse_args(argv)
+    if not (args.data / "train").is_dir():
+        p.error(f"{args.data} has no train/ folder")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_cli(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench.decode: no CUDA GPU is visible; --device cpu measures the CPU's",
+              file=sys.stderr)
+        return 2
+    from imagenet_recipes.bench.gpu import environment
+
+    env = environment(args.device)
+    print(f"bench.decode: {env['gpu'] or 'CPU'} | {env['cpu_cores']} cores | batch "
+          f"{args.batch_size} at {args.image_size} px, {args.batches} timed batches per row",
+          flush=True)
+    rows = measure(args, report=lambda line: print(line, flush=True))
+    record = {"tool": "bench.decode", "environment": env,
+              "config": {k: getattr(args, k) for k in ("device", "batch_size", "image_size",
+                                                       "batches")},
+              "data": str(args.data), "rows": rows}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+    return 1 if any(r["status"] == "failed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
