@@ -3,24 +3,36 @@
 #
 #   launch/env.sh bash launch/install_horovod.sh            # CPU: Gloo controller + Gloo CPU ops
 #   launch/env.sh bash launch/install_horovod.sh --gpu      # GPU cluster: + NCCL GPU ops
+#   bash launch/install_horovod.sh --gpu --python python3 --find-links FILES   # no registry
 #
 # Options:
 #   --gpu         also build NCCL GPU operations (HOROVOD_GPU_OPERATIONS=NCCL), see below.
 #   --wheel-only  build (or find) the cached wheel and print its path; do not touch the venv.
 #   --rebuild     ignore the cached wheel and the venv marker; build from scratch.
+#   --sdist FILE  build from this local horovod-0.28.1.tar.gz instead of downloading it.
+#   --find-links DIR  machine without a package registry: pip uses only the files in DIR
+#                 (--no-index). DIR holds the wheels of what the environment lacks among
+#                 setuptools, cloudpickle, psutil, pyyaml, packaging, cffi, pycparser, and
+#                 cmake<4 if there is no cmake 3.13-3.x on PATH; horovod-0.28.1.tar.gz there is
+#                 used as the sdist unless --sdist says otherwise. launch/horovod_files.sh DIR
+#                 fetches them, on a machine with a registry.
+#   --python PY   install into PY's environment instead of the active virtualenv (a GPU node's
+#                 system Python, where torch is installed; pip may change a system environment
+#                 there: PIP_BREAK_SYSTEM_PACKAGES=1).
 #
 # Why from source: there is no Horovod wheel on PyPI, and the sdist's C++ extension has to be
 # compiled against the exact torch it is imported with. Horovod 0.28.1 predates torch 2.15, whose
 # headers need C++20, so the sdist's CMakeLists are patched (C++17 for the core, C++20 for the
 # torch extension) before building.
 #
-# Caching (a build takes ~6 min on 2 cores):
+# Caching (a build takes 6-10 min on 2 cores: 9.9 min with an nvcc present, which compiles the
+# CUDA kernels too):
 #   * the wheel is kept in ${XDG_CACHE_HOME:-~/.cache}/imagenet-recipes/horovod-wheels/<key>/,
 #     <key> = torch version + python version + variant (+ CUDA archs) + sha256 of this script,
 #     so a changed torch, python, variant or build recipe gets a fresh build. A cache hit is a
 #     plain `pip install` (seconds).
-#   * a marker $VIRTUAL_ENV/.horovod-<key> says "this venv already has this build"; then the script
-#     only re-checks that horovod.torch imports and exits.
+#   * a marker <environment>/.horovod-<key> says "this environment already has this build"; then
+#     the script only re-checks that horovod.torch imports and exits.
 #
 # CUDA toolkit: torch here is a CUDA build, so Horovod's CMake compiles its CUDA code whenever an
 # `nvcc` is visible (even for the CPU variant). The toolkit root is resolved from the nvcc on PATH
@@ -43,7 +55,8 @@
 #   * run:   `launch/env.sh horovodrun -np 8 -H node1:4,node2:4 python train/hvd.py ...`
 #
 # Other knobs: MAKEFLAGS (default -j<nproc>), TMPDIR (where the build tree goes; it is removed after
-# a successful build and kept, with build.log, after a failed one).
+# a successful build and kept, with build.log, after a failed one). A build's log is kept beside
+# its cached wheel (build.log) and its time is printed.
 set -euo pipefail
 
 HVD_VERSION=0.28.1
@@ -52,27 +65,53 @@ script="$(readlink -f "${BASH_SOURCE[0]}")"
 log() { echo "install_horovod: $*"; }
 die() { echo "install_horovod: ERROR: $*" >&2; exit 1; }
 
-variant=cpu; wheel_only=0; rebuild=0
-for arg in "$@"; do
-  case "$arg" in
+variant=cpu; wheel_only=0; rebuild=0; local_sdist=""; find_links=""; python=""
+while [ $# -gt 0 ]; do
+  case "$1" in
     --gpu) variant=gpu ;;
     --wheel-only) wheel_only=1 ;;
     --rebuild) rebuild=1 ;;
+    --sdist) [ $# -ge 2 ] || die "--sdist needs a file"; local_sdist="$2"; shift ;;
+    --sdist=*) local_sdist="${1#--sdist=}" ;;
+    --find-links) [ $# -ge 2 ] || die "--find-links needs a directory"; find_links="$2"; shift ;;
+    --find-links=*) find_links="${1#--find-links=}" ;;
+    --python) [ $# -ge 2 ] || die "--python needs an interpreter"; python="$2"; shift ;;
+    --python=*) python="${1#--python=}" ;;
     -h|--help) sed -n '2,/^set -euo/p' "$script" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$arg' (try --help)" ;;
+    *) die "unknown argument '$1' (try --help)" ;;
   esac
+  shift
 done
+if [ -n "$find_links" ]; then
+  [ -d "$find_links" ] || die "--find-links $find_links: no such directory"
+  find_links="$(readlink -f "$find_links")"
+  # Environment, not arguments: it also reaches the pip that setuptools may start.
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$find_links"
+  [ -n "$local_sdist" ] || [ ! -f "$find_links/horovod-$HVD_VERSION.tar.gz" ] \
+    || local_sdist="$find_links/horovod-$HVD_VERSION.tar.gz"
+fi
+if [ -n "$local_sdist" ]; then
+  [ -f "$local_sdist" ] || die "--sdist $local_sdist: no such file"
+  local_sdist="$(readlink -f "$local_sdist")"
+fi
 
-# Refuse to install into whatever python happens to be first on PATH: the whole point is the venv.
-[ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] \
-  || die "no virtualenv active; run it as: launch/env.sh bash launch/install_horovod.sh [--gpu]"
-py="$VIRTUAL_ENV/bin/python"
+# Refuse to install into whatever python happens to be first on PATH: the project's venv, or the
+# Python named with --python.
+if [ -n "$python" ]; then
+  py="$(command -v "$python")" || die "--python $python: not found"
+  prefix="$("$py" -c 'import sys; print(sys.prefix)')" || die "--python $python does not run"
+  export PIP_BREAK_SYSTEM_PACKAGES=1  # a system Python's environment (PEP 668) is the target
+else
+  [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] \
+    || die "no virtualenv active; run it as: launch/env.sh bash launch/install_horovod.sh [--gpu], or name the Python: --python PY"
+  py="$VIRTUAL_ENV/bin/python" prefix="$VIRTUAL_ENV"
+fi
 pip=("$py" -m pip --disable-pip-version-check)
 
 read -r torch_ver torch_cuda py_ver < <("$py" -c \
   'import sys, torch; print(torch.__version__, torch.version.cuda or "none", "%d.%d" % sys.version_info[:2])') \
-  || die "cannot import torch in $VIRTUAL_ENV"
-log "venv $VIRTUAL_ENV: python $py_ver, torch $torch_ver (CUDA: $torch_cuda), variant: $variant"
+  || die "cannot import torch in $prefix"
+log "environment $prefix: python $py_ver, torch $torch_ver (CUDA: $torch_cuda), variant: $variant"
 
 # --- CUDA toolkit ---------------------------------------------------------------------------
 # Resolve the real toolkit directory behind the nvcc on PATH. On this kind of image
@@ -122,7 +161,7 @@ cuda_tag=""
 key="hvd${HVD_VERSION}-torch${torch_ver}-py${py_ver}-${variant}${cuda_tag}-${script_sha}"
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes"
 wheel_dir="$cache_root/horovod-wheels/$key"
-marker="$VIRTUAL_ENV/.horovod-$key"
+marker="$prefix/.horovod-$key"
 log "cache key: $key"
 
 # Python one-liner that succeeds only if horovod.torch loads with the features of this variant.
@@ -143,7 +182,7 @@ wheel="$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -n1 || true)"
 if [ "$rebuild" = 1 ] || [ -z "$wheel" ]; then
   start=$SECONDS
   work="$(mktemp -d "${TMPDIR:-/tmp}/horovod-build.XXXXXX")"
-  log "building horovod $HVD_VERSION in $work (about 6 min on 2 cores)"
+  log "building horovod $HVD_VERSION in $work (6-10 min on 2 cores)"
 
   # cmake >= 3.13 is required by Horovod; < 4 because bundled third_party CMakeLists declare
   # very old minimum versions that CMake 4 rejects.
@@ -161,12 +200,16 @@ EOF
   # The sdist is kept next to the wheels: a --rebuild or a new torch does not download it again.
   sdist_dir="$cache_root/horovod-sdist"
   sdist="$sdist_dir/horovod-$HVD_VERSION.tar.gz"
-  if [ ! -f "$sdist" ]; then
+  if [ -n "$local_sdist" ]; then
+    log "sdist: $local_sdist"
+    sdist="$local_sdist"
+  elif [ ! -f "$sdist" ]; then
     log "downloading the horovod $HVD_VERSION sdist from PyPI"
     "${pip[@]}" download --quiet --no-binary :all: --no-deps "horovod==$HVD_VERSION" -d "$sdist_dir"
   fi
   [ -f "$sdist" ] || die "pip download did not produce $sdist"
   tar -xzf "$sdist" -C "$work"
+  [ -f "$work/horovod-$HVD_VERSION/setup.py" ] || die "$sdist is not the horovod $HVD_VERSION sdist"
   src="$work/horovod-$HVD_VERSION"
 
   # Patch the C++ standard. torch 2.15 headers require C++20, but only the torch extension
@@ -240,11 +283,12 @@ EOF
   # Publish atomically: a concurrent run sees either no wheel or a complete one.
   mkdir -p "$(dirname "$wheel_dir")"
   rm -rf "$wheel_dir.tmp.$$" && mkdir "$wheel_dir.tmp.$$"
-  cp "$built" "$wheel_dir.tmp.$$/"
+  cp "$built" "$build_log" "$wheel_dir.tmp.$$/"
   rm -rf "$wheel_dir" && mv "$wheel_dir.tmp.$$" "$wheel_dir"
   wheel="$wheel_dir/$(basename "$built")"
   rm -rf "$work"
-  log "built $wheel in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
+  log "built $wheel in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s on" \
+      "$(nproc) cores (build log: $wheel_dir/build.log)"
 else
   log "cached wheel: $wheel"
 fi
@@ -258,10 +302,11 @@ fi
 log "pip install $(basename "$wheel")"
 # --force-reinstall: the version number is the same for every variant, pip would skip it otherwise.
 "${pip[@]}" install --quiet --no-deps --force-reinstall "$wheel"
-rm -f "$VIRTUAL_ENV"/.horovod-*   # whatever build was there before is gone now
+rm -f "$prefix"/.horovod-*   # whatever build was there before is gone now
 
 log "horovodrun --check-build"
-check="$("$VIRTUAL_ENV/bin/horovodrun" --check-build 2>&1)" || { echo "$check" >&2; die "horovodrun --check-build failed"; }
+check="$("$py" -c 'import sys; from horovod.runner.launch import run_commandline
+sys.exit(run_commandline())' --check-build 2>&1)" || { echo "$check" >&2; die "horovodrun --check-build failed"; }
 echo "$check"
 # The listing has "[X] Gloo" under both controllers and tensor operations.
 grep -q '\[X\] PyTorch' <<<"$check" || die "the installed Horovod has no PyTorch support (see --check-build above)"
@@ -276,4 +321,4 @@ out="$("$py" -c "$import_check; hvd.init(); print(hvd.size())" 2>&1)" \
 [ "$(tail -n1 <<<"$out")" = 1 ] || { echo "$out" >&2; die "hvd.init() in one process did not give size 1"; }
 
 touch "$marker"
-log "OK: horovod $HVD_VERSION ($variant) installed in $VIRTUAL_ENV"
+log "OK: horovod $HVD_VERSION ($variant) installed in $prefix"

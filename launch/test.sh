@@ -7,8 +7,10 @@
 # It runs in phases and prints the time of each as it ends, and all of them at the end:
 #   environment   the Python environment of requirements.txt (launch/env.sh: built on first use,
 #                 then cached by the file's hash)
-#   horovod       Horovod, built for the installed torch (launch/install_horovod.sh; ~6 minutes
-#                 once, a cached wheel afterwards)
+#   horovod       Horovod, built for the installed torch as a machine without a registry builds
+#                 it: its files fetched first (launch/horovod_files.sh), then
+#                 launch/install_horovod.sh --find-links with pip kept off the registry (6-10
+#                 minutes once, a cached wheel afterwards)
 #   slurm         when run as root without SLURM: slurm-wlm + munge from Debian, for
 #                 tests/test_slurm.py (it starts its own local cluster); without root those tests
 #                 skip and say why
@@ -64,8 +66,13 @@ install_slurm() {
 phase environment "the Python environment could not be built from requirements.txt (pip's \
 output above); nothing was tested" launch/env.sh python -c "import torch, torchvision; \
 print(f'torch {torch.__version__}, torchvision {torchvision.__version__}')"
+horovod_offline() {
+  local files="${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes/horovod-files"
+  bash launch/horovod_files.sh "$files" >/dev/null
+  launch/env.sh bash launch/install_horovod.sh --find-links "$files"
+}
 phase horovod "the Horovod build failed (launch/install_horovod.sh; its build log is named \
-above); nothing was tested" launch/env.sh bash launch/install_horovod.sh
+above); nothing was tested" horovod_offline
 phase slurm "slurm-wlm and munge could not be installed from Debian; nothing was tested" \
   install_slurm
 if [ $# = 0 ] && [ "${RECIPES_SMOKE_OLDEST:-1}" != 0 ]; then
