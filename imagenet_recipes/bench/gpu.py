@@ -100,14 +100,15 @@ from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85,
-           "gpu_decode_synthetic": 0.95, "vs_timm": 1.10, "vs_torchvision": 1.10,
-           "decode_capacity": 1.5}
+           "gpu_decode_synthetic": 0.98, "vs_timm": 1.10, "vs_torchvision": 1.10,
+           "decode_capacity": 1.5, "compiled_img_s": 6000.0}
 TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
                "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}",
                "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}",
                "vs_timm": "timm's time/ours end to end >= {:g}",
                "vs_torchvision": "torchvision reference's time/ours end to end >= {:g}",
-               "decode_capacity": "decode-only img/s / training img/s (synthetic) >= {:g}"}
+               "decode_capacity": "decode-only img/s / training img/s (synthetic) >= {:g}",
+               "compiled_img_s": "img/s >= {:,.0f} (an H200's target)"}
 # The peers unit's rows: bench.e2e's contender -> row
 PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
              "nd dali-gpu": "peers-nd-dali-gpu", "timm fast": "peers-timm",
@@ -155,6 +156,11 @@ def _units() -> Dict[str, Unit]:
         Unit("gpu-decode", "scripts", ("gpu-decode",),
              "train/nd.py on generated JPEGs, --data-backend gpu (when torchcodec is installed)",
              needs=("nd-synthetic",)),
+        Unit("gpu-decode-nvimgcodec", "scripts", ("gpu-decode-nvimgcodec",),
+             "train/nd.py on generated JPEGs, --data-backend gpu --gpu-decoder nvimgcodec",
+             needs=("nd-synthetic",)),
+        Unit("gpu-decode-nvimgcodec-compile", "scripts", ("gpu-decode-nvimgcodec-compile",),
+             "the same with --compile", needs=("nd-synthetic",)),
         Unit("dali-gpu", "scripts", ("dali-gpu",),
              "train/nd.py on generated JPEGs, --data-backend dali-gpu (when installed)",
              needs=("nd-synthetic",)),
@@ -415,7 +421,7 @@ def reference_of(row: str) -> Optional[str]:
     """The row a row's ratio compares with (what its method differs from in one thing)."""
     if row.startswith("engine-"):
         return "bare-" + row[len("engine-"):]
-    if row in ("ddp-1rank", "pytorch-loader", "gpu-decode", "dali-gpu", "nd-torchrun"):
+    if row in ("ddp-1rank", "dali-gpu", "nd-torchrun", *LOADER_FLAGS):
         return "nd-synthetic"
     if row.startswith("peers-nd-"):
         return "peers-timm"
@@ -440,8 +446,10 @@ def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
         specs.append(("o2_o1", row["img_s"] / o1["img_s"] if o1 else None))
     if name == "dali-gpu":
         specs.append(("dali_synthetic", row["ratio"]))
-    if name == "gpu-decode":
+    if name.startswith("gpu-decode"):
         specs.append(("gpu_decode_synthetic", row["ratio"]))
+    if name == "gpu-decode-nvimgcodec-compile":
+        specs.append(("compiled_img_s", row["img_s"]))
     if name in DECODE_ROWS.values():
         specs.append(("decode_capacity", row["ratio"]))
     if name.startswith("peers-nd-"):
@@ -692,25 +700,32 @@ def loader_steps(args: argparse.Namespace) -> tuple:
 
 
 # The loader rows' --data-backend
-LOADER_BACKEND = {"pytorch-loader": "pytorch", "gpu-decode": "gpu", "dali-gpu": "dali-gpu"}
+LOADER_FLAGS = {"pytorch-loader": ["--data-backend", "pytorch"],
+                "gpu-decode": ["--data-backend", "gpu"],
+                "gpu-decode-nvimgcodec": ["--data-backend", "gpu", "--gpu-decoder", "nvimgcodec"],
+                "gpu-decode-nvimgcodec-compile": ["--data-backend", "gpu", "--gpu-decoder",
+                                                  "nvimgcodec", "--compile"],
+                "dali-gpu": ["--data-backend", "dali-gpu"]}
+# What a loader row's flags need installed
+LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
 
 
-def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
+def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[dict]:
     """nd.py on generated JPEGs: images over seconds across LOADER_WINDOW log intervals of
     (workers x prefetch_factor) batches each, after the warm-up interval(s)."""
     args = ctx.args
-    if backend.startswith("dali"):
-        if args.device != "cuda":
-            raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
-        if not installed("nvidia.dali"):
-            raise Skip("nvidia.dali is not installed")
-    if backend == "gpu" and not installed("torchcodec"):
-        raise Skip("torchcodec is not installed")
+    backend = backend_flags[1]
+    if backend.startswith("dali") and args.device != "cuda":
+        raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
+    decoder = backend_flags[3] if "--gpu-decoder" in backend_flags else backend
+    module = LOADER_NEEDS.get(decoder)
+    if module and not installed(module):
+        raise Skip(f"{module} is not installed")
     workers, prefetch = loader_workers(args), prefetch_factor()
     per = workers * prefetch
     warm, steps = loader_steps(args)
     data = jpeg_set(args)
-    flags = [*common_flags(args), "--data-backend", backend, "-j", str(workers), "-p", str(per),
+    flags = [*common_flags(args), *backend_flags, "-j", str(workers), "-p", str(per),
              "--steps-per-epoch", str(steps), str(data)]
     log, peak = run_entry(ctx, unit.name, "nd", flags)
     window = intervals(log)[warm:]
@@ -721,7 +736,7 @@ def measure_loader(ctx: Context, unit: Unit, backend: str) -> List[dict]:
     img_s = sum(i["images"] for i in window) / sum(i["seconds"] for i in window)
     label = ("thread" if backend.startswith("dali") else "worker") + "s" * (workers > 1)
     return [new_row(unit.rows[0], unit.name,
-                    f"train/nd.py --data-backend {backend}, generated JPEGs, {workers} loader "
+                    f"train/nd.py {' '.join(backend_flags)}, generated JPEGs, {workers} loader "
                     f"{label}: {workload(args, 'O1', args.amp_dtype)}", img_s,
                     [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
                     peak_bytes=peak, workers=workers, prefetch_factor=prefetch,
@@ -885,7 +900,7 @@ def measure(ctx: Context, unit: Unit) -> List[dict]:
         if unit.name == "timm-benchmark":
             return measure_timm_benchmark(ctx, unit)
         return measure_variants(args, unit)
-    return measure_loader(ctx, unit, LOADER_BACKEND[unit.name])
+    return measure_loader(ctx, unit, LOADER_FLAGS[unit.name])
 
 
 def run_unit(ctx: Context, unit: Unit) -> List[dict]:
