@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What a GPU node without a package registry needs beside this clone, fetched on a machine that
+# has one: the GPU decoders' wheels, Horovod's files, and (from a clone of timm) the peers'
+# scripts. For the node's Python version (default 3.12) on x86_64 Linux.
+#
+#   bash launch/gpu_kit.sh DIR [--python-version 3.12] [--timm CLONE]
+#
+# DIR gets
+#   wheels/    torchcodec 0.17.0 (10 MB), nvidia-nvimgcodec-cu13 0.9.0.20 (25 MB) and
+#              nvidia-nvjpeg 13.0.4.44 (4 MB, the nvJPEG of CUDA 13.0, a torch +cu130's)
+#   horovod/   launch/horovod_files.sh's files (34 MB, 28 of them cmake's)
+#   benchmark.py, train.py   timm's, copied from --timm CLONE (a clone of
+#              huggingface/pytorch-image-models at the tag of the installed timm), for
+#              gpu_session.sh --peers DIR
+# On the node (docs/testing.md, "The next GPU run"):
+#   pip install --no-index --no-deps DIR/wheels/*.whl
+#   bash launch/install_horovod.sh --gpu --python python3 --find-links DIR/horovod
+set -euo pipefail
+dir="" version=3.12 timm=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python-version) version="${2:?}"; shift 2 ;;
+    --timm) timm="${2:?}"; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+               exit 0 ;;
+    -*) echo "gpu_kit: unknown option $1" >&2; exit 2 ;;
+    *) dir="$1"; shift ;;
+  esac
+done
+[ -n "$dir" ] || { echo "gpu_kit: usage: launch/gpu_kit.sh DIR [--python-version V] [--timm CLONE]" >&2
+                   exit 2; }
+here="$(cd "$(dirname "$0")" && pwd)"
+mkdir -p "$dir/wheels"
+python3 -m pip --disable-pip-version-check download --quiet --no-deps --only-binary :all: \
+  --python-version "$version" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+  -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.4.44
+bash "$here/horovod_files.sh" "$dir/horovod" "$version" >/dev/null
+if [ -n "$timm" ]; then
+  cp "$timm/benchmark.py" "$timm/train.py" "$dir/"
+fi
+du -ab "$dir" | sort -k2 | awk '{ printf "%12s  %s\n", $1, $2 }'
