@@ -187,3 +187,14 @@ def test_nothing_puts_the_clone_on_the_path():
               if ".git" not in p.parts and re.search(r"export PYTHONPATH|PYTHONPATH=",
                                                       p.read_text())]
     assert edits == []
+
+
+def test_the_tools_package_names_each_of_its_modules():
+    """imagenet_recipes.bench's docstring is its table of contents: every module in it."""
+    import ast
+    import re
+
+    bench = Path(imagenet_recipes.__file__).parent / "bench"
+    listing = ast.get_docstring(ast.parse((bench / "__init__.py").read_text()))
+    modules = sorted(p.stem for p in bench.glob("*.py") if not p.stem.startswith("_"))
+    assert [m for m in modules if not re.search(rf"\b{m}\b", listing)] == []

@@ -7,6 +7,11 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   esync         ESync vs sync and async SGD with a slow worker, IID and by-class splits
   recipes       the presets of recipes/ at one small budget
   io            input-pipeline throughput, every loader on the same files and cores
+  decode        decode capacity: each data backend's input pipeline alone, a batch ready on
+                the device (also bench.gpu's decode group)
+  e2e           this project end to end against pytorch/examples', timm's and torchvision's
+                training scripts on the same JPEGs, in turns
+  hetero        DDP and the parameter server with one slower worker, time to accuracy
   gpu           GPU throughput: ResNet-50 O1/O2 fp16/bf16, engine vs bare, torch.compile,
                 DDP on one NCCL rank, the pytorch and GPU-decoding loaders, peak memory,
                 targets; where DDP's cost and the gap to timm's benchmark go (causes)
@@ -26,6 +31,8 @@ and the modules they share: common (the run-log reader, the RESULTS.md block and
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and
 ps_stats (the numbers the tables and figures show), figure (matplotlib for files), bare_loop
 and step_variants (a hand-written training step beside the engine's, and with one thing
-changed). Every table
+changed), gpu_entry and gpu_tier (an entry script run for its peak memory; the GPU tier's
+RESULTS.md block), kept (the compacted run logs of results/), render (RESULTS.md blocks from
+templates/). Every table
 and figure is drawn from the runs' log.jsonl files, never from typed numbers.
 """
