@@ -332,3 +332,37 @@ def shown_commit(commit: Optional[str]) -> str:
 
 def git_commit() -> str:
     return importlib.import_module("imagenet_recipes.machine").git_commit()
+
+
+def _version(module: str) -> Optional[str]:
+    try:
+        return __import__(module, fromlist=["__version__"]).__version__
+    except ImportError:
+        return None
+
+
+def device_environment(device: str) -> dict:
+    """The machine a GPU benchmark ran on: the GPU, driver, torch, CUDA, cuDNN, NCCL, DALI,
+    Python and CPU (bench.gpu's and bench.decode's records)."""
+    import platform
+    import subprocess
+
+    import torch
+
+    env = {"device": device, "gpu": None, "gpus": 0, "driver": None,
+           "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version(), "nccl": None,
+           "torchvision": _version("torchvision"), "nvidia-dali": _version("nvidia.dali"),
+           "python": platform.python_version(), "cpu": cpu_name(), "cpu_cores": cpu_cores()}
+    if device == "cuda":
+        nccl = torch.cuda.nccl.version()  # a tuple; a plain int in older torch
+        env.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
+                   nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30).stdout.split()
+            env["driver"] = smi[0] if smi else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return env

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from imagenet_recipes.bench.common import installed
 from imagenet_recipes.bench.jobs import busy_cpu_seconds
@@ -214,9 +214,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("bench.decode: no CUDA GPU is visible; --device cpu measures the CPU's",
               file=sys.stderr)
         return 2
-    from imagenet_recipes.bench.gpu import environment
+    from imagenet_recipes.bench.common import device_environment
 
-    env = environment(args.device)
+    env = device_environment(args.device)
     print(f"bench.decode: {env['gpu'] or 'CPU'} | {env['cpu_cores']} cores | batch "
           f"{args.batch_size} at {args.image_size} px, {args.batches} timed batches per row",
           flush=True)

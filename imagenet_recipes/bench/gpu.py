@@ -83,7 +83,6 @@ import gc
 import json
 import math
 import os
-import platform
 import signal
 import statistics
 import subprocess
@@ -95,7 +94,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from imagenet_recipes.bench import step_variants
-from imagenet_recipes.bench.common import REPO, installed, shown_command, shown_commit
+from imagenet_recipes.bench.common import (REPO, device_environment, installed, shown_command,
+                                           shown_commit)
 from imagenet_recipes.bench.render import render
 
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
@@ -372,37 +372,6 @@ def _stop_on_signal(signum, frame) -> None:
 
 
 # --- the environment ----------------------------------------------------------------------------
-def _version(module: str) -> Optional[str]:
-    try:
-        return __import__(module, fromlist=["__version__"]).__version__
-    except ImportError:
-        return None
-
-
-def environment(device: str) -> dict:
-    import torch
-
-    from imagenet_recipes.bench.common import cpu_cores, cpu_name
-
-    env = {"device": device, "gpu": None, "gpus": 0, "driver": None,
-           "torch": torch.__version__, "cuda": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version(), "nccl": None,
-           "torchvision": _version("torchvision"), "nvidia-dali": _version("nvidia.dali"),
-           "python": platform.python_version(), "cpu": cpu_name(), "cpu_cores": cpu_cores()}
-    if device == "cuda":
-        nccl = torch.cuda.nccl.version()  # a tuple; a plain int in older torch
-        env.update(gpu=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
-                   nccl=".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
-        try:
-            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
-                                  "--format=csv,noheader"], capture_output=True, text=True,
-                                 timeout=30).stdout.split()
-            env["driver"] = smi[0] if smi else None
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    return env
-
-
 # --- the rows -----------------------------------------------------------------------------------
 def new_row(name: str, unit: str, config: str, img_s: Optional[float] = None,
             repeats: Sequence[float] = (), reference: Optional[str] = None,
@@ -993,7 +962,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     record = {"tool": RECORD_TOOL, "command": shown_command("gpu", shown),
               "commit": args.commit or git_commit(),
               "date": stamp.strftime("%Y-%m-%d %H:%M UTC"),
-              "environment": environment(args.device),
+              "environment": device_environment(args.device),
               "config": {k: getattr(args, k) for k in (
                   "device", "arch", "image_size", "batch_size", "steps", "warmup", "repeats",
                   "amp_dtype", "workers")},
