@@ -14,8 +14,11 @@ import torch
 import torchvision
 from torchvision.io import ImageReadMode, decode_image
 
+from torchvision.transforms import v2
+
 from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_transform
+from .jpeg_decoders import CropRegionReader
 
 
 def read_image_uint8(path: str) -> torch.Tensor:
@@ -27,29 +30,36 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
     """ImageFolder whose samples are uint8 tensors, keyed by `SampleKey`s (index, augmentation
     seed, crop size).
 
-    A file that cannot be decoded never raises in a worker (that would kill this rank and leave
+    With `decode_regions` (training, where nvImageCodec is installed) a JPEG's RandomResizedCrop
+    decodes only the crop's region (jpeg_decoders.CropRegionReader): the same pixels, fewer
+    decoded. A file that cannot be decoded never raises in a worker (that would kill this rank and leave
     the others waiting). Training replaces it with the next readable sample, so every batch keeps
     its size and every rank its step count; validation drops it (returns None), so no image is
     counted twice. Either way the collate function counts it.
     """
 
     def __init__(self, root: str, make_transform: Callable[[Optional[int]], Callable],
-                 replace_unreadable: bool):
-        """`make_transform(crop)`: the transform for a key's crop size (None: the default)."""
+                 replace_unreadable: bool, decode_regions: bool = False):
+        """`make_transform(crop)`: the transform for a key's crop size (None: the default);
+        `decode_regions`: its first step is a RandomResizedCrop whose region alone may be
+        decoded."""
         super().__init__(root, loader=read_image_uint8)
         self.make_transform = make_transform
         self.replace_unreadable = replace_unreadable
+        self.decode_regions = decode_regions and CropRegionReader.available()
         self._cache_transforms()
 
     def _cache_transforms(self) -> None:
         # One transform per crop size (progressive resizing changes it between epochs).
         self.transform_for = functools.lru_cache(maxsize=None)(self.make_transform)
+        self.region_reader = None  # made on first use, in the process that reads
 
     def __getstate__(self) -> dict:
         # Loader workers receive the dataset pickled (they start from a fork server, see
-        # pytorch.py); the cache of built transforms is rebuilt there, not sent.
+        # pytorch.py); the cache of built transforms and the region decoder are rebuilt there,
+        # not sent.
         state = dict(self.__dict__)
-        del state["transform_for"]
+        del state["transform_for"], state["region_reader"]
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -64,14 +74,35 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
                 # Per-sample augmentation randomness (see the module docstring); default_generator
                 # rather than torch.manual_seed, which also reseeds every CUDA device and costs
                 # ~100x more. fork_rng restores the CPU RNG for a loader in the main process.
+                transform = self.transform_for(crop)
                 with torch.random.fork_rng(devices=[]):
                     torch.random.default_generator.manual_seed(seed)
-                    return self.transform_for(crop)(self.loader(path)), target, unreadable
+                    image = self._region_transformed(path, transform)
+                    if image is not None:
+                        return image, target, unreadable
+                    torch.random.default_generator.manual_seed(seed)  # the box drawn again
+                    return transform(self.loader(path)), target, unreadable
             except Exception as err:  # corrupt, truncated or not an image
                 warnings.warn(f"skipping unreadable image {path}: {err}")
                 if not self.replace_unreadable:
                     return None
         raise RuntimeError(f"no readable image at all in {self.root}")
+
+
+    def _region_transformed(self, path: str, transform) -> Optional[torch.Tensor]:
+        """The sample with only its crop's region decoded, or None (decode it whole)."""
+        if not self.decode_regions:
+            return None
+        if self.region_reader is None:
+            self.region_reader = CropRegionReader()
+        crop, *rest = transform.transforms
+        assert isinstance(crop, v2.RandomResizedCrop), "training transforms start with the crop"
+        cropped = self.region_reader(torchvision.io.read_file(path), crop)
+        if cropped is None:
+            return None
+        for step in rest:  # the flip, the policy, erasing: in the order the Compose has them
+            cropped = step(cropped)
+        return cropped
 
 
 def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
@@ -89,7 +120,8 @@ IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 PREPARE_VAL = "data/prepare_imagenet_val.py"
 
 
-def _image_folder(root: Path, make_transform, replace_unreadable: bool) -> ImageFolderUint8:
+def _image_folder(root: Path, make_transform, replace_unreadable: bool,
+                  decode_regions: bool = False) -> ImageFolderUint8:
     if not root.is_dir():
         raise UsageError(f"{root} is missing: the dataset folder needs train/ and val/, each "
                          "with one sub-folder of images per class (ImageNet's layout)")
@@ -102,7 +134,7 @@ def _image_folder(root: Path, make_transform, replace_unreadable: bool) -> Image
             f"into class folders with: python {PREPARE_VAL} {root} --labels <devkit, "
             "LOC_val_solution.csv or a labels file> (see its --help)")
     try:
-        return ImageFolderUint8(str(root), make_transform, replace_unreadable)
+        return ImageFolderUint8(str(root), make_transform, replace_unreadable, decode_regions)
     except (FileNotFoundError, RuntimeError) as err:
         raise UsageError(f"{root}: {err}. Expected one sub-folder per class holding images "
                          "(a small example: python data/make_synthetic.py DIR)") from None
@@ -117,7 +149,8 @@ def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]
                          "holds train/ and val/ (extract an archive first)")
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
-    train_set = _image_folder(root / "train", functools.partial(train_transform, cfg), True)
+    train_set = _image_folder(root / "train", functools.partial(train_transform, cfg), True,
+                              decode_regions=True)
     val_set = _image_folder(root / "val", functools.partial(val_transform, cfg), False)
     if val_set.classes != train_set.classes:
         missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]

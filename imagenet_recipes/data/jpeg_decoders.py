@@ -135,3 +135,60 @@ class NvImageCodecDecoder:
 
         return [None if image is None else torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
                 for image in self.decoder.decode(streams)]
+
+
+class CropRegionReader:
+    """A training sample's RandomResizedCrop with only the crop's region of the JPEG decoded, on
+    the CPU (the `pytorch` backend's loader workers): nvImageCodec's libjpeg-turbo decodes the
+    region, torchvision resizes it. The pixels are those of decoding the whole file with
+    torchvision and cropping (tested bit for bit); about 1.2x a worker's images per second on
+    ImageNet-sized JPEGs, where the blocks outside the crop are entropy-decoded and skipped.
+
+    Only plain YCbCr JPEGs; anything else (other formats, grayscale, CMYK) returns None and is
+    decoded whole, as before. Made lazily in each process that reads (a worker), never pickled."""
+
+    def __init__(self):
+        from nvidia import nvimgcodec
+
+        self.codec = nvimgcodec
+        self.decoder = nvimgcodec.Decoder(
+            device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+            backends=[nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)],
+            options=":fancy_upsampling=1")
+        # torchvision's decode_image leaves EXIF orientation alone: so does this
+        self.params = nvimgcodec.DecodeParams(apply_exif_orientation=False)
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            from nvidia import nvimgcodec  # noqa: F401
+        except (ImportError, OSError, RuntimeError):
+            return False
+        return True
+
+    def __call__(self, data: torch.Tensor, crop) -> Optional[torch.Tensor]:
+        """`crop`: the sample's v2.RandomResizedCrop (its box drawn here, as its forward draws
+        it). -> the resized crop, uint8 CHW; None: decode the whole file instead (the caller
+        seeds the sample's random numbers again first: a box may have been drawn)."""
+        import numpy as np
+        from torchvision.transforms.v2 import functional as TF
+
+        try:
+            stream = self.codec.CodeStream(data.numpy())
+        except Exception:  # not an image format nvImageCodec parses
+            return None
+        if stream.codec_name != "jpeg" or stream.color_spec != self.codec.ColorSpec.SYCC:
+            return None
+        stand_in = torch.empty((1, 1, 1), dtype=torch.uint8).expand(3, stream.height,
+                                                                     stream.width)
+        box = crop.make_params([stand_in])
+        top, left, height, width = box["top"], box["left"], box["height"], box["width"]
+        region = stream.get_sub_code_stream(
+            region=self.codec.Region(top, left, top + height, left + width))
+        image = self.decoder.decode(region, params=self.params)
+        if image is None:  # damaged, or a variant it refuses: torchvision decides
+            return None
+        # HWC as decoded; CHW is a view of it, which torchvision's uint8 resize takes as is
+        pixels = torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
+        return TF.resize(pixels, list(crop.size), interpolation=crop.interpolation,
+                         antialias=crop.antialias)

@@ -1,0 +1,79 @@
+"""The `pytorch` backend's training samples with only each RandomResizedCrop's region decoded
+(nvImageCodec's CPU decoder, data/jpeg_decoders.py CropRegionReader) are the samples of decoding
+the whole file: the same pixels, bit for bit, for every sample key, with the policies and
+erasing after the crop, and for the files a folder really holds (grayscale, CMYK, PNGs named
+.JPEG, damaged ones), which go the old way."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from conftest import add_damaged_files
+from imagenet_recipes.config import parse_args
+from imagenet_recipes.data import jpeg_decoders
+from imagenet_recipes.data.folders import image_folders
+
+pytest.importorskip("nvidia.nvimgcodec", reason="requirements.txt has it; this environment "
+                    "lacks it")
+
+
+@pytest.fixture
+def regions_decoded(monkeypatch) -> list:
+    """One entry per sample the region reader gave (True) or left to whole decoding (False)."""
+    seen = []
+    read = jpeg_decoders.CropRegionReader.__call__
+
+    def counted(self, data, crop):
+        image = read(self, data, crop)
+        seen.append(image is not None)
+        return image
+
+    monkeypatch.setattr(jpeg_decoders.CropRegionReader, "__call__", counted)
+    return seen
+
+
+def pairs(data, *extra, every: int = 3):
+    """(with regions, whole) of every `every`th training sample, each under two seeds."""
+    cfg = parse_args(["-a", "resnet18", "--image-size", "48", *extra, str(data)], entry="nd")
+    train, _ = image_folders(cfg)
+    assert train.decode_regions
+    for index in range(0, len(train), every):
+        for seed in (index, 10 ** 12 + index):
+            train.decode_regions = True
+            regions = train[(index, seed, None)]
+            train.decode_regions = False
+            whole = train[(index, seed, None)]
+            yield index, regions, whole
+
+
+@pytest.mark.parametrize("extra", [[], ["--auto-augment", "ta_wide", "--random-erase", "0.5"]],
+                         ids=["crop-flip", "policy-erasing"])
+def test_region_decoding_gives_the_samples_of_whole_decoding(tiny_imagefolder, extra,
+                                                             regions_decoded):
+    count = 0
+    for index, (image, target, skipped), (image_whole, target_whole, skipped_whole) in \
+            pairs(tiny_imagefolder, *extra):
+        assert (target, skipped) == (target_whole, skipped_whole)
+        assert torch.equal(image, image_whole), index
+        count += 1
+    assert count > 20 and regions_decoded == [True] * count  # every one through its region
+
+
+def test_files_other_than_plain_jpegs_are_decoded_whole_alike(tiny_imagefolder, tmp_path,
+                                                              regions_decoded):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_imagefolder, data)
+    add_damaged_files(sorted((data / "train").iterdir())[0])
+    for index, (image, target, skipped), (image_whole, target_whole, skipped_whole) in \
+            pairs(data, every=1):
+        assert (target, skipped) == (target_whole, skipped_whole), index
+        assert torch.equal(image, image_whole), index
+    assert True in regions_decoded and False in regions_decoded  # both ways taken
+
+
+def test_validation_decodes_whole_images(tiny_imagefolder):
+    cfg = parse_args(["-a", "resnet18", str(tiny_imagefolder)], entry="nd")
+    _, val = image_folders(cfg)
+    assert not val.decode_regions
