@@ -46,6 +46,14 @@ HW_LOAD = 0.65
 Region = Tuple[int, int, int, int]  # (top, left, height, width)
 
 
+def import_nvimgcodec():
+    """nvidia.nvimgcodec (import_module, not `from nvidia import`: that finds the attribute an
+    earlier import left on the namespace package even where the module is blocked)."""
+    import importlib
+
+    return importlib.import_module("nvidia.nvimgcodec")
+
+
 def make_decoder(name: str, device: torch.device):
     """The --gpu-decoder `name` for a run on `device`, or a UsageError saying what to install."""
     return {"torchcodec": TorchCodecDecoder, "nvimgcodec": NvImageCodecDecoder}[name](device)
@@ -91,7 +99,7 @@ class NvImageCodecDecoder:
         """fancy_upsampling False: chroma repeated, not interpolated (DALI's default); for
         measuring what the interpolation buys (the GPU tier's decode group)."""
         try:
-            from nvidia import nvimgcodec
+            nvimgcodec = import_nvimgcodec()
         except (ImportError, OSError, RuntimeError) as err:
             raise UsageError(f"--gpu-decoder nvimgcodec cannot import nvImageCodec ({err}): "
                              f"{NVIMGCODEC_PIP}") from None
@@ -148,8 +156,7 @@ class CropRegionReader:
     decoded whole, as before. Made lazily in each process that reads (a worker), never pickled."""
 
     def __init__(self):
-        from nvidia import nvimgcodec
-
+        nvimgcodec = import_nvimgcodec()
         self.codec = nvimgcodec
         self.decoder = nvimgcodec.Decoder(
             device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
@@ -161,7 +168,7 @@ class CropRegionReader:
     @staticmethod
     def available() -> bool:
         try:
-            from nvidia import nvimgcodec  # noqa: F401
+            import_nvimgcodec()
         except (ImportError, OSError, RuntimeError):
             return False
         return True
