@@ -124,7 +124,7 @@ def test_a_gpu_session_and_the_quickstart_run_from_a_fresh_clone(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stdout.count("finished in an earlier call") == 6, again.stdout
 
-    quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "1"], cwd=clone,
+    quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "2"], cwd=clone,
                            env={**env, "RECIPES_VENV": "system"}, capture_output=True,
                            text=True, timeout=600)
     assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-3000:]
