@@ -123,13 +123,13 @@ bash launch/gpu_check.sh --probe "${tier[@]}" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { note "the machine check stopped the session (exit $rc)"; exit 2; }
 
-# The JPEG set of scripts and peers, made in the background from here (beside the tier); the
-# first step that reads it waits for it.
+# The JPEG set of scripts, decode and peers, made in the background from here (beside the tier),
+# within the budget; the first step that reads it waits for it.
 jpegs_pid=""
 for step in "${steps[@]}"; do
   if [[ $step =~ ^(scripts|decode|peers)$ ]] && ! finished "$step" && [ -z "$jpegs_pid" ]; then
-    "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --prepare-data --data "$jpegs" \
-      > "$out/jpegs.log" 2>&1 &
+    timeout "$budget" "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --prepare-data \
+      --data "$jpegs" > "$out/jpegs.log" 2>&1 &
     jpegs_pid=$!
     trap 'kill $jpegs_pid 2>/dev/null' EXIT
   fi

@@ -52,7 +52,7 @@ def prepared_ahead(raw_batches: Iterable, prepare: Callable[[object], Optional[T
 
     def produce() -> None:
         try:
-            if cuda:
+            if cuda and device.index is not None:  # the current device is per thread
                 torch.cuda.set_device(device)
             for raw in raw_batches:
                 if stop.is_set():
