@@ -27,8 +27,10 @@ while [ $# -gt 0 ]; do
     *) dir="$1"; shift ;;
   esac
 done
-[ -n "$dir" ] || { echo "gpu_kit: usage: launch/gpu_kit.sh DIR [--python-version V] [--timm CLONE]" >&2
-                   exit 2; }
+if [ -z "$dir" ]; then
+  echo "gpu_kit: usage: launch/gpu_kit.sh DIR [--python-version V] [--timm CLONE]" >&2
+  exit 2
+fi
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$dir/wheels"
 python3 -m pip --disable-pip-version-check download --quiet --no-deps --only-binary :all: \

@@ -103,7 +103,8 @@ if [ -n "$python" ]; then
   export PIP_BREAK_SYSTEM_PACKAGES=1  # a system Python's environment (PEP 668) is the target
 else
   [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] \
-    || die "no virtualenv active; run it as: launch/env.sh bash launch/install_horovod.sh [--gpu], or name the Python: --python PY"
+    || die "no virtualenv active; run it as: launch/env.sh bash launch/install_horovod.sh" \
+           "[--gpu], or name the Python: --python PY"
   py="$VIRTUAL_ENV/bin/python" prefix="$VIRTUAL_ENV"
 fi
 pip=("$py" -m pip --disable-pip-version-check)

@@ -1,8 +1,9 @@
 """The GPU tier (tests/gpu/, launch/gpu_check.sh) on a machine without a GPU, CI's: it skips
 every check and says why; it refuses to start without CUDA unless asked to simulate; and the
 simulation (every check on the CPU, over gloo) runs each group end to end and writes the record,
-a line per finished check. A group stopped by its time limit records the check it was in and
-leaves no process behind."""
+a line per finished check (assert_tier_record; run from a fresh clone by
+tests/test_fresh_machine.py, through gpu_session.sh). A group stopped by its time limit records
+the check it was in and leaves no process behind."""
 from __future__ import annotations
 
 import json
@@ -62,24 +63,16 @@ def test_probe_lists_groups_and_bad_arguments():
     assert bad.returncode == 2 and "unknown group warp-drive" in bad.stderr
 
 
-# Two groups side by side per call (--jobs 2, as a GPU machine runs them), the long ones beside
-# short ones; every group in one of the calls. The first parameter set of each check (the CPU
-# tests cover each entry script, opt level and comm hook on their own): every check's code, not
-# every combination: 112 s against 176 for all groups alone on a 2-core CPU.
-SIDE_BY_SIDE = [("ranks", "decode", "entries"), ("nccl", "precision"),
-                ("resume", "recipes", "dali", "layout")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("groups", SIDE_BY_SIDE, ids="+".join)
-def test_cpu_simulation_runs_the_groups_and_records_each_check(groups, tmp_path):
-    out = tmp_path / "record"
-    proc = gpu_check("--cpu", "--first-of-each", "--jobs", "2", "--out", out, *groups,
-                     env={"GPU_CHECK_GROUP_LIMIT": "900"})
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+def assert_tier_record(out: Path, groups, output: str = "") -> None:
+    """A CPU simulation's record (`gpu_check.sh --cpu --first-of-each --out OUT GROUPS`): each
+    group's session describes the machine, then its checks; every check passed or skipped, at
+    least one passed per group, each check function exactly once (its first parameter set);
+    the small logs come back, the checkpoints do not. The simulation itself runs in
+    tests/test_fresh_machine.py (gpu_session.sh --cpu from a fresh clone: every group, two side
+    by side)."""
     for group in groups:
-        assert f"gpu_check: group {group}: exit 0 after" in proc.stdout, proc.stdout[-3000:]
-    lines = checks(out)  # each group's session describes the machine, then its checks
+        assert f"gpu_check: group {group}: exit 0 after" in output, output[-3000:]
+    lines = checks(out)
     assert lines[0]["kind"] == "environment" and lines[0]["device"] == "cpu"
     results = [r for r in lines if r["kind"] == "check"]
     assert len(lines) - len(results) == len(groups)
@@ -89,11 +82,9 @@ def test_cpu_simulation_runs_the_groups_and_records_each_check(groups, tmp_path)
         passed = [r for r in results if r["status"] == "passed" and r["group"] == group]
         assert passed, f"every check of {group} was skipped: {results}"
         assert all(r["detail"] and r["seconds"] > 0 for r in passed), passed
-    # every check once: its first parameter set, no other
     families = [r["check"].split("[")[0] for r in results]
     assert len(families) == len(set(families)), families
     assert sorted(families) == sorted(tier_checks(groups)), families
-    # the small logs come back, the checkpoints do not
     assert (out / "output.log").stat().st_size > 0 and (out / "runs.jsonl").stat().st_size > 0
     assert sorted(p.name for p in out.iterdir()) == ["checks.jsonl", "output.log", "runs.jsonl"]
 
@@ -105,10 +96,6 @@ def tier_checks(groups) -> list:
     return [node.name for group in groups
             for node in ast.parse((REPO / f"tests/gpu/test_gpu_{group}.py").read_text()).body
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
-
-
-def test_every_group_is_simulated():
-    assert sorted(g for pair in SIDE_BY_SIDE for g in pair) == sorted(GROUPS)
 
 
 @pytest.mark.slow

@@ -32,10 +32,10 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
 
     With `decode_regions` (training, where nvImageCodec is installed) a JPEG's RandomResizedCrop
     decodes only the crop's region (jpeg_decoders.CropRegionReader): the same pixels, fewer
-    decoded. A file that cannot be decoded never raises in a worker (that would kill this rank and leave
-    the others waiting). Training replaces it with the next readable sample, so every batch keeps
-    its size and every rank its step count; validation drops it (returns None), so no image is
-    counted twice. Either way the collate function counts it.
+    decoded. A file that cannot be decoded never raises in a worker (that would kill this rank
+    and leave the others waiting). Training replaces it with the next readable sample, so every
+    batch keeps its size and every rank its step count; validation drops it (returns None), so
+    no image is counted twice. Either way the collate function counts it.
     """
 
     def __init__(self, root: str, make_transform: Callable[[Optional[int]], Callable],

@@ -20,14 +20,15 @@ Who does what
 
 Which files the batched decoder gets: JPEGs in YCbCr (PIL's mode RGB) that end with their end
 marker and carry no EXIF rotation. TorchCodec and nvImageCodec turn images by their EXIF
-orientation, which torchvision's decode_image (the other backends' decoder) does not; CMYK
-JPEGs are not certain to come out of nvJPEG as the CPU decoders make them, and a JPEG cut short is what nvJPEG may
-decode without an error where libjpeg refuses it. The rest (grayscale or CMYK JPEGs, PNGs named
-.JPEG, JPEGs that the batched decoder refuses) is decoded in the training process exactly as the
-`pytorch` backend decodes every file (torchvision.io.decode_image to RGB, on the CPU), then
-moved to the device. A file that fails that too is unreadable: training replaces it with the
-next readable sample (with the failed sample's seed), validation drops it, and both count it
-as `skipped`, as the `pytorch` backend does (the replacement is read in the training process).
+orientation, which torchvision's decode_image (the other backends' decoder) does not; CMYK JPEGs
+are not certain to come out of nvJPEG as the CPU decoders make them, and a JPEG cut short is
+what nvJPEG may decode without an error where libjpeg refuses it. The rest (grayscale or CMYK
+JPEGs, PNGs named .JPEG, JPEGs that the batched decoder refuses) is decoded in the training
+process exactly as the `pytorch` backend decodes every file (torchvision.io.decode_image to RGB,
+on the CPU), then moved to the device. A file that fails that too is unreadable: training
+replaces it with the next readable sample (with the failed sample's seed), validation drops it,
+and both count it as `skipped`, as the `pytorch` backend does (the replacement is read in the
+training process).
 
 The resize: roi_align averages ceil(box / output) bilinear samples per output pixel in each
 direction. Enlarging (one sample per pixel) that is torchvision's bilinear resize; shrinking it
@@ -305,20 +306,22 @@ class BatchDecoder:
         decoded, unreadable = [], 0
         for sample, data in zip(batch.samples, encoded):
             image = next(images) if sample.batched else None
-            if image is None:
-                image = self._decode_on_cpu(data, sample.index)
-                item, skipped = self._place(sample, image)
-            elif cropped:  # the decoded pixels are the region
-                height, width = image.shape[1:]
-                item, skipped = Decoded(image.to(self.device), sample.target,
-                                        (0, 0, height, width), (0.0, 0.0, float(width),
-                                                                float(height)), sample.flip), 0
+            if image is not None and cropped:  # the decoded pixels are the crop's region
+                item, skipped = self._whole_region(sample, image), 0
             else:
+                if image is None:
+                    image = self._decode_on_cpu(data, sample.index)
                 item, skipped = self._place(sample, image)
             unreadable += skipped
             if item is not None:
                 decoded.append(item)
         return decoded, unreadable
+
+    def _whole_region(self, sample: EncodedSample, region: torch.Tensor) -> Decoded:
+        """A sample decoded as its crop's region alone: all of it is resampled."""
+        height, width = region.shape[1:]
+        return Decoded(region.to(self.device), sample.target, (0, 0, height, width),
+                       (0.0, 0.0, float(width), float(height)), sample.flip)
 
     def _decode_on_cpu(self, data: torch.Tensor, index: int) -> Optional[torch.Tensor]:
         """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes); None when it
