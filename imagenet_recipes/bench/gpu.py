@@ -686,7 +686,8 @@ def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[d
     backend = backend_flags[1]
     if backend.startswith("dali") and args.device != "cuda":
         raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
-    decoder = backend_flags[3] if "--gpu-decoder" in backend_flags else backend
+    decoder = (backend_flags[backend_flags.index("--gpu-decoder") + 1]
+               if "--gpu-decoder" in backend_flags else backend)
     module = LOADER_NEEDS.get(decoder)
     if module and not installed(module):
         raise Skip(f"{module} is not installed")
