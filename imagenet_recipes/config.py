@@ -334,8 +334,7 @@ class TrainConfig:
     def resolve_channels_last(self, device_type: str) -> bool:
         """--channels-last left unset: decided once the device is known. On a CPU, oneDNN's
         convolutions train faster in channels_last at ImageNet-like crops and slower at small
-        ones (`python -m imagenet_recipes.bench.studies.layout`; imagenet_recipes/bench/studies/README.md, "Memory layout on a
-        CPU"), so a CPU run takes it when its largest train crop is at least
+        ones (the lab's layout study, lab/README.md, "Memory layout on a CPU"), so a CPU run takes it when its largest train crop is at least
         CPU_CHANNELS_LAST_MIN_CROP. On a GPU, tensor cores prefer it with a half type at any
         size; fp32 on a GPU and float64 keep NCHW."""
         if self.channels_last is None:

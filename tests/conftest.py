@@ -10,11 +10,13 @@ import io
 import json
 import os
 import random
+import runpy
 import signal
 import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -122,6 +124,22 @@ def run_tool(tool: str, *args, timeout: int = 300,
     return subprocess.run([sys.executable, "-m", f"imagenet_recipes.bench.{tool}",
                            *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           cwd=REPO, env={**_env(), **(env or {})})
+
+
+LAB = REPO / "lab"
+
+
+def run_lab(study: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python lab/<study>.py ARGS` from the repository root, as its docstring shows it: the
+    lab's studies are scripts beside their records, outside the installed package."""
+    return subprocess.run([sys.executable, str(LAB / f"{study}.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=_env())
+
+
+def lab_module(study: str) -> types.SimpleNamespace:
+    """lab/<study>.py's names, the script loaded without running its command (runpy: the lab is
+    not a package to import)."""
+    return types.SimpleNamespace(**runpy.run_path(str(LAB / f"{study}.py")))
 
 
 def script_command(script: str, args: List, nproc: int = 0,

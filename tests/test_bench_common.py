@@ -148,7 +148,7 @@ def test_a_single_repeat_draws_no_error_bar(tmp_path):
 def test_shown_command_drops_where_the_outputs_go_and_keeps_the_measurement():
     argv = ["--out", "runs/x", "--steps", "30", "--json=r.json", "--figure", "/tmp/f.png", "-b",
             "8"]
-    assert shown_command("studies.hvd", argv) == "python -m imagenet_recipes.bench.studies.hvd --steps 30 -b 8"
+    assert shown_command("lab/hvd.py", argv) == "python lab/hvd.py --steps 30 -b 8"
     assert shown_command("io", []) == "python -m imagenet_recipes.bench.io"
     # an argument with a space is quoted, so the shown command runs as it was run
     assert shown_command("e2e", ["--only", "nd fast"]) == "python -m imagenet_recipes.bench.e2e --only 'nd fast'"

@@ -125,7 +125,6 @@ LAYERS = (
     ("command line", ("cli",)),
     ("tools", ("bench",)),
     ("experiments", ("experiments",)),
-    ("lab", ("bench.studies",)),
 )
 
 

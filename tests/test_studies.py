@@ -1,4 +1,4 @@
-"""The one-question studies (imagenet_recipes/bench/studies/): their tools keep running as the engine evolves, and
+"""The lab's one-question studies (lab/): their scripts keep running as the engine evolves, and
 their page is what their records give. Marked `study`: the default test run leaves them out;
 `launch/env.sh python -m pytest -m study` runs them (nothing here is timed)."""
 from __future__ import annotations
@@ -8,39 +8,35 @@ import os
 
 import pytest
 
-from conftest import REPO, read_jsonl, records, run_tool
+from conftest import LAB, lab_module, read_jsonl, records, run_lab
 
 pytestmark = pytest.mark.study
 
 
 def test_the_studies_page_is_regenerated_byte_for_byte_from_its_records():
-    from imagenet_recipes.bench import regenerate
-    from imagenet_recipes.bench.studies.__main__ import PAGE
-
-    kept = {p.name for p in PAGE.records.iterdir() if p.is_dir()}
-    assert kept == set(PAGE.folders)
-    assert regenerate.check(PAGE.records, PAGE.page, REPO / "figures", PAGE) == []
+    kept = {p.name for p in (LAB / "records").iterdir() if p.is_dir()}
+    assert kept == {"loop", "layout", "hvd", "ddp_cost"}
+    proc = run_lab("page", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
 
 def test_a_changed_record_is_noticed(tmp_path):
     """Sensitivity: the loop record's median changed -> the page would change."""
     import shutil
 
-    from imagenet_recipes.bench import regenerate
-    from imagenet_recipes.bench.studies.__main__ import PAGE
-
     records_dir = tmp_path / "records"
-    shutil.copytree(PAGE.records, records_dir)
+    shutil.copytree(LAB / "records", records_dir)
     path = records_dir / "loop" / "bench_loop.json"
     record = json.loads(path.read_text())
     record["median"]["ratio"] += 0.5
     path.write_text(json.dumps(record))
-    assert regenerate.check(records_dir, PAGE.page, REPO / "figures", PAGE) == [str(PAGE.page)]
+    proc = run_lab("page", "--check", "--results-dir", records_dir)
+    assert proc.returncode == 1 and f"would change: {LAB / 'README.md'}" in proc.stdout
 
 
 @pytest.mark.slow
 def test_bench_loop_runs_and_checks_same_math():
-    proc = run_tool("studies.loop", "-a", "resnet18", "--image-size", "32", "-b", "4",
+    proc = run_lab("loop", "-a", "resnet18", "--image-size", "32", "-b", "4",
                     "--steps", "2", "--warmup", "1", "--repeats", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "engine/bare img/s ratio:" in proc.stdout
@@ -50,7 +46,7 @@ def test_bench_loop_runs_and_checks_same_math():
 
 @pytest.mark.slow
 def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
-    proc = run_tool("studies.rpc_transport", "--mb", "1", "--repeats", "2", "--idle", "1")
+    proc = run_lab("rpc_transport", "--mb", "1", "--repeats", "2", "--idle", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {cells[0]: cells[1:] for cells in (
         [c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
@@ -64,7 +60,7 @@ def test_bench_rpc_transport_shows_uv_leaves_a_waiting_process_idle():
 
 @pytest.mark.slow
 def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
-    """bench.studies.ddp_cost: nd, two nd at once, DDP 1 and DDP 2 in turns, every ratio computed
+    """lab/ddp_cost.py: nd, two nd at once, DDP 1 and DDP 2 in turns, every ratio computed
     from the runs' own logs; the bare loop alone and under DDP; the all-reduce sized as the model's
     gradients."""
     import statistics
@@ -72,7 +68,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     import torchvision
 
     from imagenet_recipes.bench.common import interval_img_s
-    from imagenet_recipes.bench.studies.ddp_cost import block
+    block = lab_module("ddp_cost").block
 
     out = tmp_path / "results" / "ddp_cost" / "tiny"
     # Two CPUs on any machine (the tool's processes inherit it): 2 processes x 1 thread then
@@ -81,7 +77,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     everywhere = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(everywhere)[:2])
     try:
-        proc = run_tool("studies.ddp_cost", "--image-size", "32", "-b", "8", "--steps", "11",
+        proc = run_lab("ddp_cost", "--image-size", "32", "-b", "8", "--steps", "11",
                         "--rounds", "1", "--out", out, timeout=600)
     finally:
         os.sched_setaffinity(0, everywhere)
@@ -99,7 +95,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     nd, nd2 = rate["nd-r0"], rate["ndx2-r0"] + rate["ndx2-r0-p1"]
     ddp1, ddp2 = rate["DDP1-r0"], rate["DDP2-r0"]
     text = block(out.parent)  # what bench.regenerate writes, from the logs alone
-    assert "(logs: `imagenet_recipes/bench/studies/records/ddp_cost/tiny/`)" in text
+    assert "(logs: `lab/records/ddp_cost/tiny/`)" in text
     assert text.split("\n", 1)[1].strip() in proc.stdout  # the tool's own report, but for that
     assert f"| nd x2 | {nd2:.1f} |" in text
     for label, value in [("nd x2 / (2 x nd)", nd2 / (2 * nd)), ("DDP 1 / nd", ddp1 / nd),
@@ -121,7 +117,7 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
 @pytest.mark.slow
 def test_bench_layout_times_both_layouts_per_size_and_writes_its_record(tmp_path):
     record_path = tmp_path / "bench_layout.json"
-    proc = run_tool("studies.layout", "--sizes", "32", "48", "-b", "2", "--steps", "1",
+    proc = run_lab("layout", "--sizes", "32", "48", "-b", "2", "--steps", "1",
                     "--rounds", "1", "--json", record_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(record_path.read_text())
@@ -136,15 +132,15 @@ def test_bench_layout_times_both_layouts_per_size_and_writes_its_record(tmp_path
 def test_bench_hvd_keeps_its_logs_and_reports_from_them(tmp_path):
     pytest.importorskip("horovod.torch",
                         reason="Horovod is not built: bash launch/install_horovod.sh")
-    """bench.studies.hvd: DDP and Horovod in turns; the block comes from the kept logs alone."""
+    """lab/hvd.py: DDP and Horovod in turns; the block comes from the kept logs alone."""
     out = tmp_path / "bench_hvd"
-    proc = run_tool("studies.hvd", "--image-size", "32", "-b", "4", "--steps", "11",
+    proc = run_lab("hvd", "--image-size", "32", "-b", "4", "--steps", "11",
                     "--rounds", "1", "--out", out, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((out / "bench_hvd.json").read_text())
     assert record["order"] == ["ddp-0", "hvd-0"]
     assert records(out / "hvd-0", "run")[0]["strategy"] == "hvd"
-    report = run_tool("studies.hvd", "--report", out)
+    report = run_lab("hvd", "--report", out)
     assert report.returncode == 0, report.stderr[-3000:]
     assert report.stdout.strip() in proc.stdout
     ratio = next(line for line in report.stdout.splitlines()

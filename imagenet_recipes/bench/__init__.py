@@ -22,10 +22,6 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   plot_scaling  the sweep's figures (figures/scaling_*.png)
   plot_ps       the PS benchmark's figures (figures/ps_*.png)
   regenerate    every RESULTS.md section and figure, from the logs kept in results/
-  studies       the one-question studies (engine overhead, memory layout, Horovod vs DDP,
-                DDP's efficiency, the RPC transport):
-                `python -m imagenet_recipes.bench.studies.<name>`, their page
-                imagenet_recipes/bench/studies/README.md
 
 and the modules they share: common (the run-log reader, the RESULTS.md block and table
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and
@@ -35,4 +31,7 @@ changed), gpu_entry and gpu_tier (an entry script run for its peak memory; the G
 RESULTS.md block), kept (the compacted run logs of results/), render (RESULTS.md blocks from
 templates/). Every table
 and figure is drawn from the runs' log.jsonl files, never from typed numbers.
+
+The one-question studies behind design decisions are not tools: they live in the lab
+(lab/README.md), outside the installed package.
 """

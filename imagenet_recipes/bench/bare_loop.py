@@ -1,6 +1,6 @@
 """The engine's training step (Trainer.train_step) against a hand-written one, on the same
 batches: what bench.gpu's `loop` and `compile` rows measure and the engine-overhead study
-(bench.studies.loop) records.
+(lab/loop.py) records.
 
 Both sides train the same model from identical weights on the same pre-built batches already on
 the device, so the input pipeline is excluded from both and only the steps differ:

@@ -229,9 +229,9 @@ OUTPUT_OPTIONS = ("--out", "--json", "--figure", "--figures", "--results")
 
 
 def shown_command(tool: str, argv: Sequence[str]) -> str:
-    """`python -m imagenet_recipes.bench.<tool> ARGS` as RESULTS.md shows it: without the options that only say
-    where the outputs go, which differ between machines and say nothing about the
-    measurement."""
+    """`python -m imagenet_recipes.bench.<tool> ARGS` (or `python <tool> ARGS` for a script
+    such as lab/hvd.py) as RESULTS.md shows it: without the options that only say where the
+    outputs go, which differ between machines and say nothing about the measurement."""
     shown, skip = [], False
     for arg in argv:
         if skip:
@@ -240,10 +240,11 @@ def shown_command(tool: str, argv: Sequence[str]) -> str:
             skip = True
         elif not arg.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
             shown.append(arg)
-    return f"python -m imagenet_recipes.bench.{tool} {shlex.join(shown)}".rstrip()
+    program = tool if tool.endswith(".py") else f"-m imagenet_recipes.bench.{tool}"
+    return f"python {program} {shlex.join(shown)}".rstrip()
 
 
-# --- tools that time entry scripts in turns on synthetic data (bench.studies: hvd, ddp_cost) --
+# --- timing entry scripts in turns on synthetic data (the lab's hvd and ddp_cost studies) ---
 def turns_parser(doc: str, tool: str) -> argparse.ArgumentParser:
     """The command line of a tool that runs entry scripts in turns and reports from the kept
     logs; `doc`: the tool's docstring, its first line the description."""

@@ -264,7 +264,7 @@ GPU_FOLDERS = ["gpu", "gpu-tier"]
 @dataclass(frozen=True)
 class Document:
     """A Markdown page whose measured blocks are rebuilt from kept records: RESULTS.md from
-    results/, the studies' page from imagenet_recipes/bench/studies/records/ (bench.studies)."""
+    results/, the lab's page from lab/records/ (lab/page.py)."""
     page: Path
     records: Path
     sections: Dict[str, Tuple[str, Callable[[Path, Path], str]]]

@@ -8,6 +8,7 @@ table. A paragraph or list item may be wrapped freely: the output joins its line
 reads them, so that a block's text is one line per paragraph whatever the template's wrapping."""
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -17,9 +18,6 @@ from imagenet_recipes.bench.common import markdown_table, spread
 
 TEMPLATES = Path(__file__).parent / "templates"
 
-_ENV = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
 
 
 def _format(value, spec: str, none: str = None) -> str:
@@ -31,9 +29,15 @@ def _format(value, spec: str, none: str = None) -> str:
     return format(value, spec)
 
 
-_ENV.filters["f"] = _format
-_ENV.filters["spread"] = spread
-_ENV.globals["table"] = markdown_table
+@functools.lru_cache(maxsize=None)
+def _environment(folder: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["f"] = _format
+    env.filters["spread"] = spread
+    env.globals["table"] = markdown_table
+    return env
 
 
 # Lines that start a Markdown block of their own (never the continuation of a paragraph).
@@ -55,6 +59,7 @@ def unwrap(text: str) -> str:
     return "\n".join(out)
 
 
-def render(block: str, **numbers) -> str:
-    """imagenet_recipes/bench/templates/<block>.md filled with `numbers`."""
-    return unwrap(_ENV.get_template(f"{block}.md").render(**numbers))
+def render(block: str, templates: Path = TEMPLATES, **numbers) -> str:
+    """<templates>/<block>.md filled with `numbers`: RESULTS.md's blocks from
+    imagenet_recipes/bench/templates/, another page's (lab/README.md) from its own folder."""
+    return unwrap(_environment(Path(templates)).get_template(f"{block}.md").render(**numbers))

@@ -41,7 +41,7 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
     # env:// joins torchrun's rendezvous store (or starts one at MASTER_ADDR:MASTER_PORT).
     # A round may legitimately wait for the slowest worker, so calls may take --dist-timeout.
     # TensorPipe's shared-memory transport polls: an idle process spends a whole core on it
-    # (`python -m imagenet_recipes.bench.studies.rpc_transport`), which servers and waiting workers cannot afford
+    # (`python lab/rpc_transport.py`), which servers and waiting workers cannot afford
     # on the cores the workers compute on.
     transports = ["uv"] if cfg.rpc_transport == "uv" else None
     return rpc.TensorPipeRpcBackendOptions(rpc_timeout=cfg.dist_timeout, init_method="env://",

@@ -1,15 +1,15 @@
 """Horovod vs DDP throughput in one run: same model, data, batch, precision and process count.
 
-    launch/env.sh python -m imagenet_recipes.bench.studies.hvd                 # 2 processes x 1 thread, CPU, ~4 min
-    launch/env.sh python -m imagenet_recipes.bench.studies.hvd --nproc 4 -a resnet50 --image-size 224 -b 64
-    launch/env.sh python -m imagenet_recipes.bench.studies.hvd --report runs/bench_hvd-20261123-110000
+    launch/env.sh python lab/hvd.py                 # 2 processes x 1 thread, CPU, ~4 min
+    launch/env.sh python lab/hvd.py --nproc 4 -a resnet50 --image-size 224 -b 64
+    launch/env.sh python lab/hvd.py --report runs/bench_hvd-20261123-110000
 
 Runs `torchrun train/ddp.py` and `horovodrun train/hvd.py` in turns (--rounds each, so drifts in
 a shared machine's speed hit both alike) on synthetic data (compute and communication only),
 reads each run's JSONL log and reports the median img/s of the logged intervals after the first
 (warm-up) one, and the Horovod/DDP ratio. The runs' logs and the tool's record (bench_hvd.json:
 the command and the order the runs were made in) stay in --out, from which `report` (and
-bench.studies, once archived into imagenet_recipes/bench/studies/records/hvd) writes the studies page's block. A
+lab/page.py, once archived into lab/records/hvd) writes the studies page's block. A
 benchmark, not a test.
 """
 from __future__ import annotations
@@ -25,6 +25,8 @@ from imagenet_recipes.bench.common import (REPO, interval_img_s, logged_hardware
                           measure_or_report, read_log, shown_command, shown_commit, turns_parser)
 from imagenet_recipes.bench.jobs import launcher, stamped_out
 from imagenet_recipes.bench.render import render
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # this page's prose
 
 RECORD = "bench_hvd.json"
 LABELS = {"ddp": "DDP (gloo)", "hvd": "Horovod (gloo)"}
@@ -48,7 +50,7 @@ def measure(args) -> Path:
             order.append(run_name)
             print(f"{run_name}: {statistics.median(interval_img_s(out / run_name)):.1f} img/s",
                   flush=True)
-    record = {"command": shown_command("studies.hvd", args.argv), "rounds": args.rounds,
+    record = {"command": shown_command("lab/hvd.py", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "order": order}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return out
@@ -72,7 +74,7 @@ def report(folder: Path) -> str:
             for name in LABELS]
     rows.append(["**Horovod / DDP**", f"**{median['hvd'] / median['ddp']:.2f}**",
                  ", ".join(f"{x:.2f}" for x in ratios)])
-    return render("studies_hvd", record=record, cfg=cfg, first=first, rows=rows,
+    return render("hvd", TEMPLATES, record=record, cfg=cfg, first=first, rows=rows,
                   precision=logged_precision(first), hardware=logged_hardware(first),
                   commit=shown_commit(first.get("commit")))
 

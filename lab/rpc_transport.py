@@ -1,8 +1,8 @@
 """What the parameter server's RPC transport costs on this host: the CPU an idle process spends
 and the round trip of a gradient-sized message, for each `--rpc-transport` of train/ps.py.
 
-    launch/env.sh python -m imagenet_recipes.bench.studies.rpc_transport            # ~30 s
-    launch/env.sh python -m imagenet_recipes.bench.studies.rpc_transport --mb 45    # resnet18's fp32 gradients
+    launch/env.sh python lab/rpc_transport.py            # ~30 s
+    launch/env.sh python lab/rpc_transport.py --mb 45    # resnet18's fp32 gradients
 
 Two processes start RPC with the transport; one sends a tensor of --mb MiB to the other and gets
 it back, --repeats times (median and fastest: the times are spread, with stalls of ~40 ms), then

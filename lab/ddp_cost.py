@@ -1,9 +1,9 @@
 """Where DDP's weak-scaling efficiency goes on one machine: sharing the cores, DDP's own work
 in each step, and the gradient all-reduce, measured in one run.
 
-    launch/env.sh python -m imagenet_recipes.bench.studies.ddp_cost        # 2 processes x 1 thread, CPU, ~6 min
-    launch/env.sh python -m imagenet_recipes.bench.studies.ddp_cost --image-size 224 --steps 20   # ~20 min
-    launch/env.sh python -m imagenet_recipes.bench.studies.ddp_cost --report runs/bench_ddp_cost-20261124-080000
+    launch/env.sh python lab/ddp_cost.py        # 2 processes x 1 thread, CPU, ~6 min
+    launch/env.sh python lab/ddp_cost.py --image-size 224 --steps 20   # ~20 min
+    launch/env.sh python lab/ddp_cost.py --report runs/bench_ddp_cost-20261124-080000
 
 Contenders, run in turns (--rounds; a drift in a shared machine's speed hits all alike), every
 one the real entry script on synthetic data (compute and communication only):
@@ -46,6 +46,8 @@ from imagenet_recipes.bench.common import (REPO, interval_img_s, logged_hardware
 from imagenet_recipes.bench.jobs import launcher, stamped_out
 from imagenet_recipes.bench.render import render
 
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # this page's prose
+
 RECORD = "bench_ddp_cost.json"
 CLASSES = 10  # the synthetic data's classes: the model's last layer, so its gradient size
 
@@ -84,7 +86,7 @@ def measure(args) -> Path:
             rates = bare_loop_img_s(args, ddp)
             bare.setdefault(name, []).append(rates)
             print(f"round {round_}: {name}: {statistics.median(rates):.1f} img/s", flush=True)
-    record = {"command": shown_command("studies.ddp_cost", args.argv), "rounds": args.rounds,
+    record = {"command": shown_command("lab/ddp_cost.py", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "nproc": args.nproc,
               "order": order, "bare": bare, "allreduce": allreduce_cost(args)}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
@@ -211,7 +213,7 @@ def report(folder: Path, shown: Path = None) -> str:
     rows = [[name, f"{img_s[name]:.1f}", ", ".join(f"{x:.1f}" for x in per_round[name])]
             for name in per_round]
     bare = f"bare DDP {n}" in img_s
-    return render("studies_ddp_cost", record=record, cfg=cfg, rows=rows, n=n, nd=nd, nd_n=nd_n,
+    return render("ddp_cost", TEMPLATES, record=record, cfg=cfg, rows=rows, n=n, nd=nd, nd_n=nd_n,
                   ddp1=ddp1, ddp_n=ddp_n, ar=ar, step_ms=step_ms, bare_warmup=BARE_WARMUP,
                   bare_ratio=img_s[f"bare DDP {n}"] / img_s[f"bare x{n}"] if bare else None,
                   shown=shown or folder, hardware=logged_hardware(first),
@@ -220,13 +222,13 @@ def report(folder: Path, shown: Path = None) -> str:
 
 def block(folder: Path) -> str:
     """The studies page's section: one report per measurement kept under
-    imagenet_recipes/bench/studies/records/ddp_cost/ (`folder`), the smallest image size first."""
+    lab/records/ddp_cost/ (`folder`), the smallest image size first."""
     def image_size(measurement: Path) -> int:
         first_run = json.loads((measurement / RECORD).read_text())["order"][0][1][0]
         return read_log(measurement / first_run)["run"][0]["config"]["image_size"]
 
     found = sorted((record.parent for record in folder.rglob(RECORD)), key=image_size)
-    return "\n".join(report(d, Path("imagenet_recipes/bench/studies/records/ddp_cost") / d.relative_to(folder))
+    return "\n".join(report(d, Path("lab/records/ddp_cost") / d.relative_to(folder))
                      for d in found)
 
 

@@ -1,9 +1,9 @@
 """Study: how much does one engine step (Trainer.train_step) cost over a hand-written one? Same
 batches; the measurement is imagenet_recipes.bench.bare_loop's.
 
-    launch/env.sh python -m imagenet_recipes.bench.studies.loop          # resnet18, 64 px, b32: ~3 min, 2 idle cores
-    launch/env.sh python -m imagenet_recipes.bench.studies.loop --threads 1   # steadier when others share the CPU
-    launch/env.sh python -m imagenet_recipes.bench.studies.loop -a resnet50 --image-size 224 -b 256 --opt-level O1
+    launch/env.sh python lab/loop.py          # resnet18, 64 px, b32: ~3 min, 2 idle cores
+    launch/env.sh python lab/loop.py --threads 1   # steadier when others share the CPU
+    launch/env.sh python lab/loop.py -a resnet50 --image-size 224 -b 256 --opt-level O1
     ... --compile                     # both sides torch.compile'd (the engine through --compile)
 
 This is a benchmark, not a test: it always exits 0 and only reports whether the ratio meets
@@ -33,7 +33,7 @@ def main(argv=None) -> None:
     wall_start = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
-    command = shlex.join(["python", "-m", "imagenet_recipes.bench.studies.loop",
+    command = shlex.join(["python", "lab/loop.py",
                           *(sys.argv[1:] if argv is None else argv)])
 
     with tempfile.TemporaryDirectory(prefix="bench_loop-") as logdir:

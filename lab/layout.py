@@ -2,10 +2,10 @@
 crop size, in turns. The measurement behind the CPU default of `--channels-last` (unset: on from
 `imagenet_recipes.config.CPU_CHANNELS_LAST_MIN_CROP` px up).
 
-    launch/env.sh python -m imagenet_recipes.bench.studies.layout                  # resnet18, CPU, ~1 min on 2 cores
-    launch/env.sh python -m imagenet_recipes.bench.studies.layout --sizes 64 224 -a resnet50 -b 16
-    launch/env.sh python -m imagenet_recipes.bench.studies.layout \
-        --json imagenet_recipes/bench/studies/records/layout/bench_layout.json
+    launch/env.sh python lab/layout.py                  # resnet18, CPU, ~1 min on 2 cores
+    launch/env.sh python lab/layout.py --sizes 64 224 -a resnet50 -b 16
+    launch/env.sh python lab/layout.py \
+        --json lab/records/layout/bench_layout.json
 
 For every crop size: the model (torchvision, fresh weights, 1000 classes) is built once per
 layout, warmed up by one step, then each layout takes --steps fp32 SGD steps
@@ -25,6 +25,8 @@ from pathlib import Path
 from imagenet_recipes.bench.common import (cpu_cores, cpu_name, git_commit, shown_command,
                           shown_commit)
 from imagenet_recipes.bench.render import render
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # this page's prose
 
 LAYOUTS = ("NCHW", "channels_last")
 
@@ -64,7 +66,7 @@ def table(record: dict) -> str:
     """The RESULTS.md block of a record."""
     rows = [[f"{r['size']} px", f"{r['NCHW'] * 1e3:.0f}", f"{r['channels_last'] * 1e3:.0f}",
              f"**{r['NCHW'] / r['channels_last']:.2f}x**"] for r in record["sizes"]]
-    return render("studies_layout", record=record, rows=rows,
+    return render("layout", TEMPLATES, record=record, rows=rows,
                   commit=shown_commit(record["commit"]))
 
 
@@ -80,7 +82,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, help="write the record here")
     args = parser.parse_args(argv)
     import torch
-    record = {"command": shown_command("studies.layout", list(argv if argv is not None
+    record = {"command": shown_command("lab/layout.py", list(argv if argv is not None
                                                         else sys.argv[1:])),
               "arch": args.arch, "batch": args.batch_size, "threads": torch.get_num_threads(),
               "cpu": cpu_name(), "cores": cpu_cores(), "torch": torch.__version__,
