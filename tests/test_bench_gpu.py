@@ -14,9 +14,10 @@ import time
 import pytest
 import torch
 
-from conftest import proc_stat, run_tool
+from conftest import REPO, proc_stat, run_tool
 
 from imagenet_recipes.bench import gpu
+from imagenet_recipes.bench.gpu import cli, peers, report, scripts, units
 
 TINY = ["--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32", "-b", "4",
         "--steps", "2", "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
@@ -87,7 +88,7 @@ def test_on_a_cpu_it_measures_the_pair_ddp_and_the_loader_and_keeps_a_record(tmp
     assert ddp_run["world_size"] == 1 and ddp_run["entry"] == "ddp"
 
     # the RESULTS.md block from this record
-    text = gpu.block(record_path.parent)
+    text = report.block(record_path.parent)
     assert "No GPU record" not in text and "no GPU (a CPU check of the tool)" in text
     assert "`step-*` rows" not in text  # no causes row here
     for name in rows:
@@ -140,16 +141,16 @@ def test_on_a_cpu_the_causes_group_changes_one_thing_per_row(tmp_path):
            (tmp_path / "out/runs/nd-torchrun/log.jsonl").read_text().splitlines()][0]
     assert run["entry"] == "nd" and run["world_size"] == 1
     # RESULTS.md's block says how these rows are measured (only where it shows them)
-    assert "the `step-*` rows (`--group causes`)" in gpu.block(record_path.parent)
+    assert "the `step-*` rows (`--group causes`)" in report.block(record_path.parent)
 
 
 def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work(tmp_path):
     script = tmp_path / "benchmark.py"
     script.write_text(STAND_IN_TIMM_BENCHMARK)
-    args = gpu.parse_cli([*TINY, "--timm-benchmark", str(script)])
-    unit = gpu.UNITS["timm-benchmark"]
+    args = cli.parse_cli([*TINY, "--timm-benchmark", str(script)])
+    unit = units.UNITS["timm-benchmark"]
     assert unit.needs == ("step-eager", "step-compiled")
-    rows = gpu.measure_timm_benchmark(gpu.Context(args, tmp_path / "out"), unit)
+    rows = peers.measure_timm_benchmark(scripts.Context(args, tmp_path / "out"), unit)
     assert [(r["name"], r["img_s"], r["reference"]) for r in rows] == [
         ("timm-benchmark", 123.4, "step-timm-work"),
         ("timm-benchmark-compiled", 234.5, "step-compiled-timm-work")]
@@ -157,10 +158,10 @@ def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work
     assert "--torchcompile" in rows[1]["config"] and "--torchcompile" not in rows[0]["config"]
     assert "Running train benchmark" in (tmp_path / "out/timm-benchmark.console.txt").read_text()
     # not given: the unit is skipped, saying so
-    with pytest.raises(gpu.Skip, match="--timm-benchmark"):
-        gpu.measure_timm_benchmark(gpu.Context(gpu.parse_cli(TINY), tmp_path), unit)
-    with pytest.raises(gpu.Failure, match="no --result"):
-        gpu.timm_benchmark_rate("Running train benchmark\n")
+    with pytest.raises(units.Skip, match="--timm-benchmark"):
+        peers.measure_timm_benchmark(scripts.Context(cli.parse_cli(TINY), tmp_path), unit)
+    with pytest.raises(units.Failure, match="no --result"):
+        peers.timm_benchmark_rate("Running train benchmark\n")
 
 
 @pytest.mark.slow
@@ -174,7 +175,7 @@ def test_strict_exits_1_when_a_target_is_missed(tmp_path):
     assert "TARGET MISSED  engine-O1-bf16: engine/bare >= 1e+09" in proc.stdout
     engine = json.loads(record_path.read_text())["rows"][1]
     assert engine["targets"][0]["met"] is False
-    assert "**MISSED**" in gpu.block(tmp_path)
+    assert "**MISSED**" in report.block(tmp_path)
 
 
 @pytest.mark.slow
@@ -196,11 +197,24 @@ def test_bad_arguments_exit_2_naming_them(args, message):
     assert proc.returncode == 2 and message in proc.stderr
 
 
+def test_the_package_offers_main_block_and_records_and_its_docstring_as_help(tmp_path, capsys):
+    """`from imagenet_recipes.bench import gpu`: what bench.regenerate and a caller use, whichever
+    module of the package defines it; --help is the package's docstring."""
+    assert gpu.main(["--list"]) == 0
+    assert capsys.readouterr().out.startswith("loop:\n  O1-fp16 ")
+    assert gpu.records(tmp_path) == []
+    assert gpu.block(tmp_path).startswith("**No GPU record exists yet.**")
+    with pytest.raises(SystemExit):
+        cli.parse_cli(["--help"])
+    shown = capsys.readouterr().out
+    assert gpu.__doc__.split("\n")[0] in shown and "--group" in shown and "Exit status" in shown
+
+
 def test_a_unit_brings_the_units_its_targets_compare_with():
-    assert gpu.select(None, "O2-fp16") == ["O1-fp16", "O2-fp16"]
-    assert gpu.select(None, "dali-gpu") == ["nd-synthetic", "dali-gpu"]
-    assert gpu.select("loop", None) == ["O1-fp16", "O2-fp16", "O1-bf16", "O2-bf16"]
-    assert gpu.select(None, None) == list(gpu.UNITS)
+    assert units.select(None, "O2-fp16") == ["O1-fp16", "O2-fp16"]
+    assert units.select(None, "dali-gpu") == ["nd-synthetic", "dali-gpu"]
+    assert units.select("loop", None) == ["O1-fp16", "O2-fp16", "O1-bf16", "O2-bf16"]
+    assert units.select(None, None) == list(units.UNITS)
 
 
 def _peers_record(walls: dict, spans: dict) -> dict:
@@ -221,8 +235,8 @@ def test_the_peers_rows_judge_ours_end_to_end_against_each_peer():
     record = _peers_record({"timm fast": (33.0, 36.0), "torchvision reference": (30.0, 30.0),
                             "nd fast": (30.0, 30.0)},
                            {"timm fast": 2.0, "torchvision reference": 2.5, "nd fast": 1.0})
-    rows = gpu.peer_rows(record, gpu.UNITS["peers"])
-    gpu.assess(rows, gpu.TARGETS)
+    rows = peers.peer_rows(record, units.UNITS["peers"])
+    units.assess(rows, units.TARGETS)
     by = {r["name"]: r for r in rows}
     ours = by["peers-nd-fast"]
     assert ours["status"] == "ok" and ours["img_s"] == pytest.approx(200.0)
@@ -237,7 +251,7 @@ def test_the_peers_rows_judge_ours_end_to_end_against_each_peer():
     # what did not run here says why, and judges nothing
     assert by["peers-nd-gpu-decode"]["status"] == "skipped"
     assert "data backend is not installed" in by["peers-nd-gpu-decode"]["note"]
-    assert gpu.missed(rows) == [
+    assert units.missed(rows) == [
         "peers-nd-fast: torchvision reference's time/ours end to end >= 1.1 (1.000)"]
 
 
@@ -255,7 +269,7 @@ def test_on_a_cpu_the_peers_group_runs_bench_e2e_with_the_peers_scripts(tmp_path
                     timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
-    assert list(rows) == list(gpu.PEER_ROWS.values())
+    assert list(rows) == list(units.PEER_ROWS.values())
     for name in ("peers-nd-fast", "peers-timm", "peers-torchvision"):
         assert rows[name]["status"] == "ok" and rows[name]["img_s"] > 0, rows[name]
     # no GPU: the GPU-decoding contenders do not run
@@ -277,10 +291,10 @@ def test_a_child_and_everything_it_started_are_ended(tmp_path):
     """A run past its time is stopped with its whole process group (what torchrun or a
     trainer's loader workers would be), and so are runs still going when the tool ends."""
     pids = tmp_path / "pids"
-    children = gpu.Children()
+    children = scripts.Children()
     script = f"sleep 60 & echo $! > {pids}; sleep 60"
     started = time.monotonic()
-    with pytest.raises(gpu.Failure, match="still running after 1 s"):
+    with pytest.raises(units.Failure, match="still running after 1 s"):
         children.run(["bash", "-c", script], timeout=1)
     assert time.monotonic() - started < 30 and not children.live
     assert _gone(int(pids.read_text()))
@@ -291,10 +305,10 @@ def test_the_tool_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     """SIGTERM while a run is going: the tool ends its run's group, keeps what it recorded,
     and exits 143."""
     marker = tmp_path / "started"
-    code = ("import sys, time; from imagenet_recipes.bench import gpu\n"
-            "gpu.signal.signal(gpu.signal.SIGTERM, gpu._stop_on_signal)\n"
-            f"gpu.CHILDREN.run(['bash', '-c', 'echo $$ > {marker}; sleep 60 & wait'], 120)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=gpu.REPO)
+    code = ("import signal; from imagenet_recipes.bench.gpu import scripts\n"
+            "signal.signal(signal.SIGTERM, scripts.stop_on_signal)\n"
+            f"scripts.CHILDREN.run(['bash', '-c', 'echo $$ > {marker}; sleep 60 & wait'], 120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
     deadline = time.monotonic() + 60
     while not (marker.is_file() and marker.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -341,27 +355,27 @@ def _record(date: str, rows: list, complete: bool = True) -> dict:
 
 
 def _row(name: str, img_s: float, reference=None, **kw) -> dict:
-    row = gpu.new_row(name, name, f"config of {name}", img_s, [img_s * 0.99, img_s, img_s],
-                      reference, peak_bytes=12 * 2**30)
+    row = units.new_row(name, name, f"config of {name}", img_s, [img_s * 0.99, img_s, img_s],
+                        reference, peak_bytes=12 * 2**30)
     row.update(kw)
     return row
 
 
 def test_the_results_block_says_plainly_when_no_gpu_record_exists(tmp_path):
-    assert gpu.block(tmp_path / "missing").startswith("**No GPU record exists yet.**")
+    assert report.block(tmp_path / "missing").startswith("**No GPU record exists yet.**")
     (tmp_path / "gpu_check.json").write_text(json.dumps({"results": []}))  # not bench.gpu's
-    assert gpu.block(tmp_path).startswith("**No GPU record exists yet.**")
+    assert report.block(tmp_path).startswith("**No GPU record exists yet.**")
 
 
 def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
     old = [_row("bare-O1-fp16", 3000.0), _row("engine-O1-fp16", 2800.0, "bare-O1-fp16")]
     new = [_row("bare-O1-fp16", 3100.0), _row("engine-O1-fp16", 3050.0, "bare-O1-fp16"),
            dict(_row("dali-gpu", 0.0), status="skipped", note="nvidia.dali is not installed")]
-    gpu.assess(old, gpu.TARGETS)
-    gpu.assess(new, gpu.TARGETS)
+    units.assess(old, units.TARGETS)
+    units.assess(new, units.TARGETS)
     (tmp_path / "a.json").write_text(json.dumps(_record("2026-11-25 07:00 UTC", old)))
     (tmp_path / "b.json").write_text(json.dumps(_record("2026-11-25 08:00 UTC", new, False)))
-    text = gpu.block(tmp_path)
+    text = report.block(tmp_path)
     assert "[2] `launch/env.sh python -m imagenet_recipes.bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
     assert "[1]" not in text  # every row of the older record was measured again
     assert "It was stopped before its end." in text
@@ -383,7 +397,7 @@ def test_on_a_cpu_the_decode_group_measures_each_backends_pipeline_alone(tmp_pat
                     tmp_path / "out", "--data", tmp_path / "jpegs", timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
-    assert list(rows) == ["nd-synthetic", *gpu.DECODE_ROWS.values()]
+    assert list(rows) == ["nd-synthetic", *units.DECODE_ROWS.values()]
     assert rows["decode-dali-gpu"]["status"] == "skipped"
     assert "GPU" in rows["decode-dali-gpu"]["note"]
     for name in ("decode-pytorch", "decode-gpu-torchcodec", "decode-gpu-nvimgcodec",

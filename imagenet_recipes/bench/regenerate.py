@@ -67,7 +67,7 @@ HEADINGS = {"quickstart": "## Quickstart (`bash launch/quickstart.sh`)",
             "hetero": "## Slow and uneven workers: which method (`imagenet_recipes/bench/hetero.py`)",
             "recipes": "## Recipes at an equal small budget (CPU)",
             "gpu_tier": "## GPU tier (`launch/gpu_check.sh`)",
-            "gpu": "## GPU throughput (`imagenet_recipes/bench/gpu.py`)"}
+            "gpu": "## GPU throughput (`imagenet_recipes/bench/gpu/`)"}
 
 
 def quickstart_block(folder: Path, figures: Path) -> str:

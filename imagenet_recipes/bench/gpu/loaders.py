@@ -1,0 +1,135 @@
+"""The loader rows: train/nd.py on generated JPEGs with each data backend (the `scripts` group's
+loader rows), and each backend's input pipeline alone, no model (bench.decode in this process: the
+`decode` group), both over one JPEG set made once and reused (--data, --prepare-data).
+
+A loader row's img/s is images over seconds across a window of LOADER_WINDOW log intervals of
+(workers x prefetch_factor) batches after the warm-up, so the batches the workers had ready before
+the clock started are a tenth of the window at most."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import List
+
+from imagenet_recipes.bench.common import REPO, installed
+from imagenet_recipes.bench.gpu.scripts import Context, common_flags, intervals, run_entry
+from imagenet_recipes.bench.gpu.units import (DECODE_ROWS, Failure, Skip, Unit, new_row,
+                                              reference_of, workload)
+
+# The loader rows count over this many intervals of (workers x prefetch_factor) batches.
+LOADER_WINDOW = 10
+
+
+def prefetch_factor() -> int:
+    """Batches each DataLoader worker keeps ready: the pytorch backend leaves torch's default,
+    read here from torch itself (building a DataLoader starts no worker)."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(range(1), num_workers=1).prefetch_factor
+
+
+def loader_workers(args: argparse.Namespace) -> int:
+    """-j of the loader rows: --workers, else what the engine picks for one process (-j -1)."""
+    if args.workers:
+        return args.workers
+    from imagenet_recipes.data.loading import default_workers
+
+    return default_workers(1)
+
+
+# Validation images per class of the generated set: the peers' runs validate on them
+# (bench.e2e's --val-per-class), so one set serves the loader rows and the peers (--peers-data).
+JPEG_SET_VAL = 50
+
+
+def jpeg_set(args: argparse.Namespace) -> Path:
+    """Generated JPEGs (data/make_synthetic.py) for the loader rows' training images, of
+    ImageNet-like sizes (about 1.4x to 2.2x the crop: 314-493 px for 224), 10 classes; made once
+    and reused (make_synthetic.py skips a complete identical set)."""
+    from imagenet_recipes.bench.jobs import dataset_command, make_dataset
+
+    per_class = math.ceil(loader_steps(args)[1] * args.batch_size / 10)
+    low, high = round(args.image_size * 1.4), round(args.image_size * 2.2)
+    root = args.data or REPO / "runs" / "bench_gpu-data" / f"{low}-{high}px-{per_class}"
+    print(f"JPEG set: {10 * per_class} training images at {low}-{high} px in {root}", flush=True)
+    make_dataset(dataset_command(root, classes=10, train=per_class, val=JPEG_SET_VAL,
+                                 min_size=low, max_size=high, workers=None))
+    return root
+
+
+def loader_steps(args: argparse.Namespace) -> tuple:
+    """(warm-up intervals, steps) of a loader row. One interval is as many batches as the
+    workers may hold ready at once; the window is LOADER_WINDOW of them, so a full prefetch
+    buffer at the start is at most a tenth of it."""
+    per = loader_workers(args) * prefetch_factor()
+    warm = max(1, math.ceil(args.warmup / per))
+    return warm, per * (warm + LOADER_WINDOW)
+
+
+# What a loader row's flags need installed
+LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
+
+
+def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[dict]:
+    """nd.py on generated JPEGs: images over seconds across LOADER_WINDOW log intervals of
+    (workers x prefetch_factor) batches each, after the warm-up interval(s)."""
+    args = ctx.args
+    backend = backend_flags[1]
+    if backend.startswith("dali") and args.device != "cuda":
+        raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
+    decoder = (backend_flags[backend_flags.index("--gpu-decoder") + 1]
+               if "--gpu-decoder" in backend_flags else backend)
+    module = LOADER_NEEDS.get(decoder)
+    if module and not installed(module):
+        raise Skip(f"{module} is not installed")
+    workers, prefetch = loader_workers(args), prefetch_factor()
+    per = workers * prefetch
+    warm, steps = loader_steps(args)
+    data = jpeg_set(args)
+    flags = [*common_flags(args), *backend_flags, "-j", str(workers), "-p", str(per),
+             "--steps-per-epoch", str(steps), str(data)]
+    log, peak = run_entry(ctx, unit.name, "nd", flags)
+    window = intervals(log)[warm:]
+    counted = sum(i["steps"] for i in window)
+    if counted < LOADER_WINDOW * per:
+        raise Failure(f"only {counted} batches after the warm-up, expected "
+                      f"{LOADER_WINDOW * per}")
+    img_s = sum(i["images"] for i in window) / sum(i["seconds"] for i in window)
+    label = ("thread" if backend.startswith("dali") else "worker") + "s" * (workers > 1)
+    return [new_row(unit.rows[0], unit.name,
+                    f"train/nd.py {' '.join(backend_flags)}, generated JPEGs, {workers} loader "
+                    f"{label}: {workload(args, 'O1', args.amp_dtype)}", img_s,
+                    [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
+                    peak_bytes=peak, workers=workers, prefetch_factor=prefetch,
+                    warmup_batches=warm * per, window_batches=counted, data=str(data))]
+
+
+# --- decode capacity: bench.decode, in this process ---------------------------------------------
+def measure_decode(ctx: Context, unit: Unit) -> List[dict]:
+    """bench.decode's rows over the loader rows' JPEG set, at this tool's batch and size; the
+    pytorch backend's row is its best -j, every -j's rate in its detail."""
+    from imagenet_recipes.bench import decode
+
+    args = ctx.args
+    dargs = argparse.Namespace(data=jpeg_set(args), device=args.device,
+                               batch_size=args.batch_size, image_size=args.image_size,
+                               batches=max(3 * args.steps, 10), only=None,
+                               workers=str(args.workers) if args.workers else None)
+    measured = decode.measure(dargs)
+    rows = []
+    for backend, name in DECODE_ROWS.items():
+        found = [r for r in measured if r["backend"] == backend]
+        ok = [r for r in found if r["status"] == "ok"]
+        config = f"bench.decode {backend}: {args.batch_size} x {args.image_size} px"
+        if not ok:
+            status = found[0]["status"] if found else "skipped"
+            rows.append(dict(new_row(name, unit.name, config), status=status,
+                             note=found[0].get("detail", "") if found else ""))
+            continue
+        best = max(ok, key=lambda r: r["img_s"])
+        rows.append(new_row(name, unit.name, f"{config}, -j {best['workers']}", best["img_s"],
+                            reference=reference_of(name), workers=best["workers"],
+                            cores_busy=best["cores_busy"], jpeg_engines=best["jpeg_engines"],
+                            by_workers={r["workers"]: round(r["img_s"], 1) for r in ok}))
+    return rows
