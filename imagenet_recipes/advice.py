@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from .registry import DATA_BACKENDS
+
 
 def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
               local_processes: int, opt_level: str, share_gpus: bool) -> List[str]:
@@ -59,8 +61,7 @@ def data_wait_note(share: float, backend: str, workers: int, cores: int,
         return None
     cuda = device_type == "cuda"
     fixes = []
-    decoding_workers = backend in ("pytorch", "dali-cpu", "dali-gpu")
-    if decoding_workers:
+    if DATA_BACKENDS[backend].decoding_workers:
         if workers < cores - 1:
             fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
         else:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import UsageError
-from .peer_flags import ALIASES, REFUSED
+from .peer_flags import ALIASES, add_refused_flags, refuse_refused_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
                        HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
@@ -30,15 +30,6 @@ LOSSES = ("ce", "bce")
 COMM_HOOK_CHOICES = ("none", "fp16", "bf16", "powersgd")
 # The smallest train crop at which channels_last pays on a CPU (see resolve_channels_last).
 CPU_CHANNELS_LAST_MIN_CROP = 112
-
-# pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
-LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank", "--gpu",
-                       "--multiprocessing-distributed")
-
-# Options of apex's `amp.initialize` that have no meaning here. apex's amp module was removed
-# upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
-APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
-                     "--patch-torch-functions")
 
 
 # Help groups, in the order `-h` shows them (presets first: --config and what it can name).
@@ -359,8 +350,8 @@ class TrainConfig:
     def step_hooks(self, rank: int, ranks: int, what: str = "processes") -> tuple:
         """What runs after each training step of process `rank` of `ranks` (a parameter-server
         worker: its index among the workers), each hook called as hook(epoch, seconds the step
-        took). The product has none; an experiment's config adds its own (experiments/
-        slow_workers: a sleep that emulates a slower device). Each process asks once before it
+        took). The product has none; a config built on it adds its own (the benchmarks'
+        bench.slow_workers: a sleep that emulates a slower device). Each process asks once before it
         trains, so a setting that does not fit the processes stops every one of them first
         (UsageError)."""
         return ()
@@ -409,14 +400,7 @@ def build_parser(description: str = "", defaults: Optional[dict] = None,
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK instead. Accept both.
     parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
                         help=argparse.SUPPRESS)
-    for flag, (takes_value, _) in REFUSED.items():
-        arity = dict(nargs=1) if takes_value else dict(action="store_const", const=True)
-        parser.add_argument(flag, dest="peer_" + flag.strip("-").replace("-", "_"),
-                            default=None, help=argparse.SUPPRESS, **arity)
-    for prefix, flags in (("apex_only_", APEX_ONLY_OPTIONS), ("legacy_", LEGACY_DIST_OPTIONS)):
-        for flag in flags:
-            parser.add_argument(flag, dest=prefix + flag.strip("-").replace("-", "_"),
-                                nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+    add_refused_flags(parser)
     return parser
 
 
@@ -432,13 +416,6 @@ class _Parser(argparse.ArgumentParser):
             message = f"unknown option {unknown[0]}" + (f"; did you mean {close[0]}?"
                                                          if close else "")
         self.exit(2, f"{self.prog}: error: {message} (see -h)\n")
-
-
-def refuse_peer_flags(ns: dict) -> None:
-    """UsageError for the first flag of torchvision's or timm's that means something else here."""
-    for flag, (_, hint) in REFUSED.items():
-        if ns.pop("peer_" + flag.strip("-").replace("-", "_")) is not None:
-            raise UsageError(f"{flag} is not an option here: {hint}")
 
 
 def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None:
@@ -505,25 +482,7 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
-    refuse_peer_flags(ns)
-    apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
-    for k in [k for k in ns if k.startswith("apex_only_")]:
-        ns.pop(k)
-    if apex_used:
-        flags = ", ".join("--" + k[len("apex_only_"):].replace("_", "-") for k in apex_used)
-        raise UsageError(
-            f"{flags}: apex-only option. NVIDIA apex's amp module was removed upstream in 2025; "
-            "this recipe implements the opt levels on native torch.amp. O2 always keeps fp32 "
-            "master weights and fp32 BatchNorm. Choose the behaviour with --opt-level O0..O3 and "
-            "--amp-dtype, and drop this option.")
-    legacy = [k for k in list(ns) if k.startswith("legacy_")]
-    used = ["--" + k[len("legacy_"):].replace("_", "-") for k in legacy if ns.pop(k) is not None]
-    if used:
-        raise UsageError(
-            f"{', '.join(used)}: pytorch/examples' own process launching is not used here. Start "
-            "one process per GPU with torchrun, e.g. torchrun --nproc_per_node=4 train/ddp.py "
-            "...; multi-node: add --nnodes, --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT "
-            "(see README, Multi-node)")
+    refuse_refused_flags(ns)
     if entry is not None:
         refuse_other_entries_options(ns, config_cls, entry)
     ns["lr_steps"] = tuple(ns["lr_steps"])

@@ -1,4 +1,5 @@
-"""Flags of torchvision's classification references and of timm's train.py, as users bring them.
+"""Flags of torchvision's classification references and of timm's train.py, as users bring them,
+and those of apex and of pytorch/examples' imagenet script that have no meaning here.
 
 A spelling that means exactly the same here is accepted as an alias of ours (`--model` for
 `-a`, `--smoothing` for `--label-smoothing`); one whose meaning or values differ is refused
@@ -8,7 +9,10 @@ so `--lr-scheduler cosineannealinglr /data` is reported as `--lr-scheduler`, not
 """
 from __future__ import annotations
 
+import argparse
 from typing import Dict, Tuple
+
+from .errors import UsageError
 
 # our field -> other projects' flags with the same meaning and the same values
 ALIASES: Dict[str, Tuple[str, ...]] = {
@@ -50,3 +54,50 @@ REFUSED: Dict[str, Tuple[bool, str]] = {
     "--num-classes": (True, "the class count comes from the dataset's folders"),
     "--torchcompile": (True, "use --compile"),
 }
+
+# pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
+LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank", "--gpu",
+                       "--multiprocessing-distributed")
+
+# Options of apex's `amp.initialize` that have no meaning here. apex's amp module was removed
+# upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
+APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
+                     "--patch-torch-functions")
+
+
+def add_refused_flags(parser: argparse.ArgumentParser) -> None:
+    """Every refused flag, hidden from -h, parsed so that the refusal can name it."""
+    for flag, (takes_value, _) in REFUSED.items():
+        arity = dict(nargs=1) if takes_value else dict(action="store_const", const=True)
+        parser.add_argument(flag, dest="peer_" + flag.strip("-").replace("-", "_"),
+                            default=None, help=argparse.SUPPRESS, **arity)
+    for prefix, flags in (("apex_only_", APEX_ONLY_OPTIONS), ("legacy_", LEGACY_DIST_OPTIONS)):
+        for flag in flags:
+            parser.add_argument(flag, dest=prefix + flag.strip("-").replace("-", "_"),
+                                nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+
+
+def refuse_refused_flags(ns: dict) -> None:
+    """Take the refused flags out of the parsed namespace `ns`; UsageError naming the first
+    group of them that was given, and what to type instead."""
+    for flag, (_, hint) in REFUSED.items():
+        if ns.pop("peer_" + flag.strip("-").replace("-", "_")) is not None:
+            raise UsageError(f"{flag} is not an option here: {hint}")
+    apex_used = [k for k, v in list(ns.items()) if k.startswith("apex_only_") and v is not None]
+    for k in [k for k in ns if k.startswith("apex_only_")]:
+        ns.pop(k)
+    if apex_used:
+        flags = ", ".join("--" + k[len("apex_only_"):].replace("_", "-") for k in apex_used)
+        raise UsageError(
+            f"{flags}: apex-only option. NVIDIA apex's amp module was removed upstream in 2025; "
+            "this recipe implements the opt levels on native torch.amp. O2 always keeps fp32 "
+            "master weights and fp32 BatchNorm. Choose the behaviour with --opt-level O0..O3 and "
+            "--amp-dtype, and drop this option.")
+    legacy = [k for k in list(ns) if k.startswith("legacy_")]
+    used = ["--" + k[len("legacy_"):].replace("_", "-") for k in legacy if ns.pop(k) is not None]
+    if used:
+        raise UsageError(
+            f"{', '.join(used)}: pytorch/examples' own process launching is not used here. Start "
+            "one process per GPU with torchrun, e.g. torchrun --nproc_per_node=4 train/ddp.py "
+            "...; multi-node: add --nnodes, --rdzv-backend=c10d and --rdzv-endpoint=HOST:PORT "
+            "(see README, Multi-node)")

@@ -1,5 +1,5 @@
 """The one list of what the project offers: strategies and what each provides, entry scripts,
-opt levels, data backends.
+opt levels, data backends and what each does.
 
 The CLI's choices, the sweep, the plots and the RESULTS tables all read these tables instead of
 keeping lists of their own, so adding a strategy or a data backend is one line here plus its
@@ -87,11 +87,36 @@ def entries_providing(capability: str) -> Tuple[str, ...]:
 # apex's opt levels, implemented on native torch.amp (precision.py says what each one does).
 OPT_LEVELS: Tuple[str, ...] = ("O0", "O1", "O2", "O3")
 
-# --data-backend choices -> the module of imagenet_recipes.data that builds their loaders.
-DATA_BACKENDS: Dict[str, str] = {
-    "pytorch": "imagenet_recipes.data.pytorch",
-    "synthetic": "imagenet_recipes.data.synthetic",
-    "dali-cpu": "imagenet_recipes.data.dali",
-    "dali-gpu": "imagenet_recipes.data.dali",
-    "gpu": "imagenet_recipes.data.gpu_decode",  # TorchCodec decoding in the training process
+@dataclass(frozen=True)
+class DataBackend:
+    """One --data-backend: the module of imagenet_recipes.data that builds its loaders
+    (`build(cfg, shard, device)`, under the loader contract in data/__init__.py) and what the
+    rest of the package needs to know of it without importing it (torch, DALI)."""
+    module: str                # imagenet_recipes.data.<module>
+    decodes_in: str            # where its JPEGs are decoded ("": nothing to decode)
+    worker_processes: bool = False  # DataLoader workers, started from the loader server
+    decoding_workers: bool = False  # -j decides how many decode (processes or DALI threads)
+    gpu_decoding: bool = False      # decodes on the GPU when there is one
+
+    @property
+    def path(self) -> str:
+        return f"imagenet_recipes.data.{self.module}"
+
+
+# --data-backend choices, in the order -h lists them.
+DATA_BACKENDS: Dict[str, DataBackend] = {
+    "pytorch": DataBackend("pytorch", "the loader's worker processes", worker_processes=True,
+                           decoding_workers=True),
+    "synthetic": DataBackend("synthetic", ""),
+    "dali-cpu": DataBackend("dali", "DALI's CPU threads", decoding_workers=True),
+    "dali-gpu": DataBackend("dali", "DALI's mixed decoder: the GPU, CPU threads for the rest",
+                            decoding_workers=True, gpu_decoding=True),
+    # workers read the files; TorchCodec or nvImageCodec decodes the batch on the device
+    "gpu": DataBackend("gpu_decode", "the training process's device, a batch at a time",
+                       worker_processes=True, gpu_decoding=True),
 }
+
+
+def backends_where(capability: str) -> Tuple[str, ...]:
+    """The --data-backend names whose DataBackend has `capability` (a field name) set."""
+    return tuple(name for name, b in DATA_BACKENDS.items() if getattr(b, capability))

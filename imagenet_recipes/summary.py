@@ -80,7 +80,7 @@ def evaluate_command(launcher: str, script: str, best: Path, data: Optional[str]
 def shown_script(script: str, ran: Optional[str]) -> str:
     """An entry script (train/nd.py) as a path to type in the current folder: relative where
     the clone is below it (the repository root: train/nd.py, as the README shows it), else
-    absolute. Found beside `ran` (train/ and experiments/ are both one folder below the root);
+    absolute. Found beside `ran` (train/ is one folder below the root);
     `script` as it is when that clone has no such file (a tool's or a test's own process)."""
     if ran:
         path = Path(ran).resolve().parent.parent / script

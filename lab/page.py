@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from imagenet_recipes.bench import regenerate
-from imagenet_recipes.bench.common import REPO, shown_commit
+from imagenet_recipes.bench.common import shown_commit
 from imagenet_recipes.bench.render import render
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # this page's prose

@@ -35,8 +35,10 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
-LOCAL_SGD = "experiments/local_sgd.py"  # DDP with local SGD, an experiment (script_command)
-SLOW_PS = "experiments/slow_ps.py"  # train/ps.py with --worker-slowdown, an experiment
+# Run with -m (script_command): DDP with local SGD, an experiment; train/ps.py with
+# --worker-slowdown, the benchmarks' emulated straggler
+LOCAL_SGD = "imagenet_recipes.experiments.local_sgd"
+SLOW_PS = "imagenet_recipes.bench.slow_workers.ps"
 TESTS = REPO / "tests"
 
 # Small enough for a 2-core CI box: timm's test_resnet (a ResNet with BatchNorm and residual
@@ -144,14 +146,18 @@ def lab_module(study: str) -> types.SimpleNamespace:
 
 def script_command(script: str, args: List, nproc: int = 0,
                    torchrun_args: Sequence[str] = ()) -> List[str]:
-    """train/<script> (or a path from the repository root, e.g. experiments/local_sgd.py) with
-    plain python (nproc=0) or torchrun --nproc_per_node=nproc."""
-    path = REPO / script if "/" in script else TRAIN / script
+    """train/<script> (or a path from the repository root, or a module of the package run with
+    -m, e.g. imagenet_recipes.experiments.local_sgd) with plain python (nproc=0) or torchrun
+    --nproc_per_node=nproc."""
+    if script.startswith("imagenet_recipes."):
+        program = ["-m", script]
+    else:
+        program = [str(REPO / script if "/" in script else TRAIN / script)]
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={nproc}", *torchrun_args, str(path)]
+               f"--nproc_per_node={nproc}", *torchrun_args, *program]
     else:
-        cmd = [sys.executable, str(path)]
+        cmd = [sys.executable, *program]
     return cmd + [str(a) for a in args]
 
 

@@ -1,4 +1,4 @@
-"""The local SGD experiment (experiments/local_sgd.py: `--local-sgd-period`,
+"""The local SGD experiment (`-m imagenet_recipes.experiments.local_sgd`: `--local-sgd-period`,
 `--local-sgd-warmup-steps`, the DiLoCo-style outer step): when it communicates, what an average
 does, what it refuses, and that a run resumes exactly. Its float64 parity with DDP at period 1
 is in tests/test_parity.py."""

@@ -1,10 +1,13 @@
-"""bench.hetero, the slow-and-uneven-workers study: the commands it runs, how it counts local
-SGD's traffic and what it concludes from a table of runs. In-process (its real runs are read by
+"""bench.hetero, the slow-and-uneven-workers comparison, and lab/hetero.py, the whole study: the
+commands they run, how the report counts local SGD's traffic and what it concludes from a table
+of runs. In-process (its real runs are read by
 test_results' byte-for-byte regeneration of results/hetero/)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from conftest import lab_module
 
 from imagenet_recipes.bench import hetero, ps_stats
 
@@ -13,20 +16,31 @@ def _args(**kw) -> argparse.Namespace:
     defaults = dict(arch="resnet18", image_size=32, batch_size=16, epochs=6, lr=0.4,
                     warmup_epochs=1, print_freq=5, repeats=2, workers=3,
                     profiles=list(hetero.PROFILES), splits=list(hetero.SPLITS),
-                    methods=list(hetero.METHODS), local_sgd_period=4,
-                    local_sgd_warmup_steps=14, outer_lr=0.7, outer_momentum=0.9,
+                    methods=list(hetero.RUN_METHODS), more=hetero.MoreMethods(),
                     esync_epsilon=0.05)
     return argparse.Namespace(**{**defaults, **kw})
+
+
+def _study_args(**kw) -> argparse.Namespace:
+    """lab/hetero.py's: every method, the local SGD experiment's two included."""
+    study = lab_module("hetero").LOCAL_SGD_METHODS
+    return _args(methods=list(hetero.METHODS), more=study, local_sgd_period=4,
+                 local_sgd_warmup_steps=14, outer_lr=0.7, outer_momentum=0.9, **kw)
 
 
 def _flag(argv, flag):
     return argv[argv.index(flag) + 1] if flag in argv else None
 
 
-def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
+def _program(argv):
+    """The module a launch runs (`-m MODULE`, after torchrun's own options)."""
+    return argv[len(argv) - argv[::-1].index("-m")]
+
+
+def test_the_tool_runs_the_products_methods_under_every_profile_and_ddp_only_on_iid():
     listed = hetero.jobs(_args(), Path("out"), Path("data"))
     names = [name for name, _ in listed]
-    per_seed = len(hetero.PROFILES) * (2 * len(hetero.METHODS) - len(hetero.DDP_METHODS))
+    per_seed = len(hetero.PROFILES) * (2 * len(hetero.RUN_METHODS) - 1)
     assert len(names) == 2 * per_seed and len(set(names)) == len(names)
     assert all(n.endswith("-s0") for n in names[:per_seed])  # seeds outermost
     for name, argv in listed:
@@ -34,16 +48,13 @@ def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
         slowdown, start = hetero.PROFILES[profile]
         assert _flag(argv, "--worker-slowdown") == slowdown
         assert _flag(argv, "--slowdown-from-epoch") == str(start)
-        script = next(a for a in argv if a.endswith(".py"))
-        if any(f"-{m}-" in name for m in hetero.DDP_METHODS):
-            expected = ("experiments/slow_ddp.py" if "-ddp-" in name
-                        else "experiments/local_sgd.py")
-            assert script.endswith(expected) and "-iid-" in name
-            assert "--nproc_per_node=3" in argv
-            assert (_flag(argv, "--local-sgd-period") == "4") == ("-ddp-" not in name)
-            assert (_flag(argv, "--local-sgd-outer-momentum") == "0.9") == ("diloco" in name)
+        assert not any("experiments" in a for a in argv)  # a tool starts no experiment
+        if "-ddp-" in name:
+            assert _program(argv) == "imagenet_recipes.bench.slow_workers.ddp"
+            assert "-iid-" in name and "--nproc_per_node=3" in argv
         else:
-            assert script.endswith("experiments/slow_ps.py") and "--nproc_per_node=4" in argv
+            assert _program(argv) == "imagenet_recipes.bench.slow_workers.ps"
+            assert "--nproc_per_node=4" in argv
             split = "by-class" if "-by-class-" in name else "iid"
             assert _flag(argv, "--split") == split
             mode, _, rule = name.split(f"-{split}-")[1].rsplit("-s", 1)[0].partition("-")
@@ -52,6 +63,20 @@ def test_every_method_runs_under_every_profile_and_ddp_only_on_the_iid_split():
             assert option is None or _flag(argv, option) == rule
     midway = dict(hetero.jobs(_args(profiles=["midway"], repeats=1), Path("o"), Path("d")))
     assert all(_flag(a, "--slowdown-from-epoch") == "3" for a in midway.values())
+
+
+def test_the_lab_study_adds_local_sgd_and_diloco_on_the_iid_split_only():
+    listed = dict(hetero.jobs(_study_args(), Path("out"), Path("data")))
+    tool = dict(hetero.jobs(_args(), Path("out"), Path("data")))
+    added = {name: argv for name, argv in listed.items() if name not in tool}
+    assert set(listed) >= set(tool)
+    assert len(added) == 2 * len(hetero.PROFILES) * 2  # 2 methods, iid only, 2 seeds
+    for name, argv in added.items():
+        assert "-iid-" in name and ("-local-sgd-" in name or "-diloco-" in name)
+        assert _program(argv) == "imagenet_recipes.experiments.local_sgd"
+        assert "--nproc_per_node=3" in argv and _flag(argv, "--local-sgd-period") == "4"
+        assert (_flag(argv, "--local-sgd-outer-momentum") == "0.9") == ("diloco" in name)
+        assert _flag(argv, "--worker-slowdown") is not None  # the experiment takes it itself
 
 
 def test_local_sgd_traffic_counts_warm_up_steps_averagings_and_the_epoch_ends():

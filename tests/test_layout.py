@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, TRAIN
 
 import imagenet_recipes
@@ -55,6 +57,33 @@ def test_options_name_what_they_need_not_which_scripts_have_them():
     assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)]
 
 
+def test_each_strategy_takes_the_options_its_capabilities_offer_declared_once():
+    """A strategy class declares the config fields its constructor takes (OPTIONS, gathered
+    along its bases); every field that needs a capability the strategy itself implements is
+    among them, and each argument is one its constructors accept."""
+    import dataclasses
+    import inspect
+
+    from imagenet_recipes import registry
+    from imagenet_recipes.config import TrainConfig
+    from imagenet_recipes.strategies import strategy_class
+
+    fields = {f.name: f.metadata.get("needs") for f in dataclasses.fields(TrainConfig)}
+    owned = {registry.SYNC_BN, registry.SHARE_GPUS, registry.DDP_COMM_HOOKS,
+             registry.HOROVOD_COMPRESSION, registry.COLLECTIVE_TIMEOUT}
+    for name, spec in STRATEGIES.items():
+        if not spec.path:
+            continue
+        cls = strategy_class(name)
+        options = cls.options()
+        assert set(options.values()) <= set(fields), name
+        offered = {f for f, needs in fields.items() if needs in owned & spec.provides}
+        assert offered <= set(options.values()), (name, offered - set(options.values()))
+        accepted = {p for klass in cls.__mro__ if "__init__" in vars(klass)
+                    for p in inspect.signature(klass.__init__).parameters}
+        assert set(options) <= accepted, (name, set(options) - accepted)
+
+
 PACKAGE = Path(imagenet_recipes.__file__).parent
 
 
@@ -85,7 +114,7 @@ def _import_graph() -> dict:
     by name (a data backend's module, an entry's strategy) as edges too."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {m: set(_imports(p, m) & modules.keys()) - {m} for m, p in modules.items()}
-    graph["imagenet_recipes.data"] |= set(DATA_BACKENDS.values())
+    graph["imagenet_recipes.data"] |= {b.path for b in DATA_BACKENDS.values()}
     graph["imagenet_recipes.cli"] |= {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
                                       for spec in STRATEGIES.values() if spec.path}
     return graph
@@ -143,21 +172,130 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert upward == []
 
 
-def test_an_experiment_script_runs_its_experiment_and_nothing_else():
-    """experiments/NAME.py is to its experiment (imagenet_recipes.experiments.NAME, or a module
-    of an experiment with several scripts) what train/X.py is to the registry's entry X: its
-    documented command, and one call."""
-    scripts = sorted((REPO / "experiments").glob("*.py"))
-    assert scripts
-    for script in scripts:
-        text = script.read_text()
-        found = re.search(r"^from imagenet_recipes\.experiments\.([\w.]+) import main$", text,
-                          re.MULTILINE)
-        assert found, f"{script} imports no experiment's main"
-        module = PACKAGE / "experiments" / found[1].replace(".", "/")
-        assert module.is_dir() or module.with_suffix(".py").is_file(), script
-        assert text.split('if __name__ == "__main__":')[1].strip() == \
-            "main(description=__doc__)", script
+# --- the rooms -------------------------------------------------------------------------------
+# Every Python file of the clone but the tests' is in one room, which its folder says (the most
+# specific folder first); a room reaches (imports, or names by path or module in a string the
+# code uses, such as a command it starts) only the rooms it may: ARCHITECTURE.md, "Rooms".
+ROOMS = (("lab", "lab"), ("experiments", "imagenet_recipes/experiments"),
+         ("tools", "imagenet_recipes/bench"), ("product", "imagenet_recipes"),
+         ("product", "train"), ("product", "data"), ("product", "launch"))
+MAY_REACH = {"product": {"product"}, "tools": {"product", "tools"},
+             "experiments": {"product", "tools", "experiments"},
+             "lab": {"product", "tools", "experiments", "lab"}}
+NOT_A_ROOM = ("tests",)  # the tests may reach every room
+# A folder or module of another room named in a string: lab/..., experiments/...,
+# imagenet_recipes.experiments (or /experiments), imagenet_recipes.bench (or /bench).
+_NAMED = re.compile(r"(?:^|(?<=[\s'\"=(]))(?P<folder>lab|experiments)(?=/|$)"
+                    r"|imagenet_recipes[./](?P<package>experiments|bench)\b")
+_LAB_NAMES = {"lab"} | {p.stem for p in (REPO / "lab").glob("*.py")}  # its scripts import each other
+
+
+def room_of(path: str) -> str:
+    """The room of a file (a path from the repository root), by its folder alone."""
+    for room, folder in ROOMS:
+        if path == folder or path.startswith(folder + "/"):
+            return room
+    return ""
+
+
+def _room_of_module(name: str) -> str:
+    if name == "imagenet_recipes" or name.startswith("imagenet_recipes."):
+        return room_of(name.replace(".", "/"))
+    return "lab" if name.split(".")[0] in _LAB_NAMES else ""
+
+
+def rooms_reached(path: str, source: str) -> set:
+    """(room, how) for each import of `source` (the file at `path`) and each folder or module
+    of a room that one of its strings names (docstrings aside: they may point a reader
+    anywhere)."""
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                       ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    package = path.rsplit("/", 1)[0].split("/")
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {(_room_of_module(a.name), f"import {a.name}") for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
+            module = ".".join(filter(None, [base, node.module]))
+            found |= {(_room_of_module(name), f"from {module} import {a.name}")
+                      for a in node.names for name in (module, f"{module}.{a.name}")}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                id(node) not in docstrings:
+            for m in _NAMED.finditer(node.value):
+                room = {"bench": "tools"}.get(m["package"], m["folder"] or m["package"])
+                found.add((room, f"the string {node.value!r}"))
+    return {(room, how) for room, how in found if room}
+
+
+def wrong_arrows(path: str, source: str) -> list:
+    room = room_of(path)
+    return [f"{path} ({room}) reaches {other}: {how}"
+            for other, how in sorted(rooms_reached(path, source))
+            if other not in MAY_REACH[room]]
+
+
+def _python_files() -> list:
+    return [str(p.relative_to(REPO)) for p in REPO.rglob("*.py")
+            if not {".git", "runs", "__pycache__"} & set(p.parts)
+            and not str(p.relative_to(REPO)).startswith(NOT_A_ROOM)]
+
+
+def test_every_module_is_in_one_room_by_its_folder():
+    files = _python_files()
+    assert len(files) > 100
+    assert [path for path in files if not room_of(path)] == []
+
+
+def test_no_room_reaches_a_room_it_may_not():
+    assert [arrow for path in _python_files()
+            for arrow in wrong_arrows(path, (REPO / path).read_text())] == []
+
+
+@pytest.mark.parametrize("path,planted", [
+    # a tool starting an experiment's script or module
+    ("imagenet_recipes/bench/hetero.py", 'SCRIPT = REPO / "experiments/local_sgd.py"'),
+    ("imagenet_recipes/bench/jobs.py", 'CMD = ["-m", "imagenet_recipes.experiments.local_sgd"]'),
+    ("imagenet_recipes/bench/ps.py", "from imagenet_recipes.experiments import local_sgd"),
+    ("imagenet_recipes/bench/slow_workers/ddp.py", "from ...experiments.local_sgd import main"),
+    # the product importing or reading the lab, or reaching for a tool
+    ("imagenet_recipes/engine.py", "import layout"),
+    ("imagenet_recipes/engine.py", "from lab import loop"),
+    ("imagenet_recipes/config.py", 'RECORDS = REPO / "lab/records"'),
+    ("imagenet_recipes/data/pytorch.py", "from ..bench.common import spread"),
+    ("train/nd.py", 'subprocess.run([sys.executable, "-m", "imagenet_recipes.bench.gpu"])'),
+    # an experiment reaching into the lab
+    ("imagenet_recipes/experiments/local_sgd/strategy.py", "import hvd"),
+])
+def test_the_room_check_finds_a_planted_arrow(path, planted):
+    """The check above would fail: the same function, on the file with one line planted."""
+    source = (REPO / path).read_text() + "\n" + planted + "\n"
+    assert wrong_arrows(path, source), planted
+
+
+def test_a_docstring_may_point_anywhere_and_the_lab_may_reach_everything():
+    assert wrong_arrows("imagenet_recipes/engine.py",
+                        '"""See lab/README.md and experiments/."""\n') == []
+    assert wrong_arrows("lab/hetero.py", 'M = "imagenet_recipes.experiments.local_sgd"\n') == []
+
+
+def test_each_experiment_has_its_page_and_its_command():
+    """torchtitan's experiments/ contract: one tree, each experiment a folder with its README
+    (what it is, its owner, its tests, when it joins the product or retires) and its command,
+    `python -m imagenet_recipes.experiments.NAME`, run as an entry script is."""
+    tree = PACKAGE / "experiments"
+    experiments = sorted(p for p in tree.iterdir() if (p / "__init__.py").is_file())
+    assert experiments and (tree / "README.md").is_file()
+    for folder in experiments:
+        readme = (folder / "README.md").read_text()
+        assert "Owner" in readme and "tests/" in readme, folder
+        command = (folder / "__main__.py").read_text()
+        assert command.split('if __name__ == "__main__":')[1].strip() == \
+            "main(description=__doc__)", folder
 
 
 def test_data_backends_and_strategies_import_no_sibling():
@@ -165,7 +303,7 @@ def test_data_backends_and_strategies_import_no_sibling():
     (data.sampling, data.augment, strategies.base, strategies.process_group), so a diff of two
     shows what one adds."""
     graph = _import_graph()
-    backends = set(DATA_BACKENDS.values())
+    backends = {b.path for b in DATA_BACKENDS.values()}
     strategies = {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
                   for spec in STRATEGIES.values() if spec.path}
     strategies -= {"imagenet_recipes.strategies.base"}
@@ -195,5 +333,6 @@ def test_the_tools_package_names_each_of_its_modules():
 
     bench = Path(imagenet_recipes.__file__).parent / "bench"
     listing = ast.get_docstring(ast.parse((bench / "__init__.py").read_text()))
-    modules = sorted(p.stem for p in bench.glob("*.py") if not p.stem.startswith("_"))
+    modules = sorted([p.stem for p in bench.glob("*.py") if not p.stem.startswith("_")]
+                     + [p.parent.name for p in bench.glob("*/__init__.py")])
     assert [m for m in modules if not re.search(rf"\b{m}\b", listing)] == []

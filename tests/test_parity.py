@@ -111,7 +111,7 @@ def test_fsdp_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
 
 @pytest.mark.experiment
 def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_imagefolder):
-    """experiments/local_sgd.py --local-sgd-period 1: each rank steps on its own gradients and the weights are averaged
+    """The local SGD experiment with --local-sgd-period 1: each rank steps on its own gradients and the weights are averaged
     after every step. SGD's update (momentum and weight decay included) is linear in the
     gradient and every rank starts the step from the same weights, so that is DDP's update.
     Averaging every 4 steps instead must train differently. (With --sync-bn: BatchNorm over

@@ -27,8 +27,8 @@ STEP_ARGS = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2"]
 # ~0.25 s for resnet18's 45 MB of gradients, outweighs a fast step's compute), and with 3x the
 # slow worker's async staleness fell to 0.92 and its ESync estimate once dropped below the fast
 # worker's in CI.
-# The second worker's slowdown is the slow workers experiment's option (SLOW_PS: train/ps.py with
-# --worker-slowdown): the runs that learn with it start that script.
+# The second worker's slowdown is bench.slow_workers' option (SLOW_PS: train/ps.py with
+# --worker-slowdown): the runs that learn with it start that module.
 # Tuned with loader workers, which they keep: loading in the workers' own processes changes how
 # fast each one steps, and with it async's and ESync's updates (an ESync run held to AVX2 once
 # missed the 20 % fall without them: a round covered a whole epoch, which then had no loss).

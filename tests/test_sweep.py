@@ -83,13 +83,13 @@ def test_sweep_dry_run_lists_every_combination(tmp_path):
 def test_bench_ps_dry_run_gives_every_contender_the_same_straggler(tmp_path):
     cmds = _commands(_run("ps", "--dry-run", "--out", tmp_path).stdout)
     assert list(cmds) == ["ddp", "ps-sync", "ps-async", "ps-esync"]
-    # train/ddp.py and train/ps.py with the straggler: the slow workers experiment's scripts
-    assert "--nproc_per_node=3" in cmds["ddp"] and cmds["ddp"][5].endswith(
-        "experiments/slow_ddp.py")
+    # train/ddp.py and train/ps.py with the straggler: bench.slow_workers' modules
+    assert "--nproc_per_node=3" in cmds["ddp"] and cmds["ddp"][5:7] == [
+        "-m", "imagenet_recipes.bench.slow_workers.ddp"]
     for name, argv in cmds.items():
         assert argv[argv.index("--worker-slowdown") + 1] == "1,1,3"
         if name != "ddp":
-            assert argv[5].endswith("experiments/slow_ps.py")
+            assert argv[5:7] == ["-m", "imagenet_recipes.bench.slow_workers.ps"]
             assert "--nproc_per_node=4" in argv
             mode = name.split("-")[1]
             assert argv[argv.index("--mode") + 1] == mode
@@ -156,7 +156,7 @@ def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(t
         assert argv[argv.index("--split") + 1] == split and argv[argv.index("--mode") + 1] == mode
         assert argv[argv.index("--seed") + 1] == seed[1:]
         assert argv[argv.index("--worker-slowdown") + 1] == "1,1,4"
-        assert argv[5].endswith("experiments/slow_ps.py")
+        assert argv[5:7] == ["-m", "imagenet_recipes.bench.slow_workers.ps"]
         assert ("--esync-epsilon" in argv) == (mode == "esync")
         option = {"async": "--async-rule", "esync": "--esync-average"}.get(mode)
         assert option is None or argv[argv.index(option) + 1] == rule

@@ -509,12 +509,12 @@ def test_the_best_score_keeps_its_epoch_and_an_old_checkpoints_best_is_not_lost(
 def test_the_evaluate_command_names_the_script_as_the_shell_it_was_run_from_finds_it(
         tmp_path, monkeypatch):
     """From the repository root train/nd.py, as the README types it; from any other folder the
-    script's absolute path (the clone found beside the script the run ran: train/ or
-    experiments/), so that the printed command runs where it was printed."""
+    script's absolute path (the clone found beside the script the run ran, in train/), so that
+    the printed command runs where it was printed."""
     from imagenet_recipes.summary import evaluate_command
 
     clone = tmp_path / "clone"
-    for script in ("train/nd.py", "train/ddp.py", "experiments/slow_ddp.py"):
+    for script in ("train/nd.py", "train/ddp.py"):
         (clone / script).parent.mkdir(parents=True, exist_ok=True)
         (clone / script).write_text("")
     best = tmp_path / "run" / "model_best.pth"
@@ -526,7 +526,7 @@ def test_the_evaluate_command_names_the_script_as_the_shell_it_was_run_from_find
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert evaluate_command("torchrun", "train/ddp.py", best, None,
-                            str(clone / "experiments/slow_ddp.py")) == \
+                            str(clone / "train/nd.py")) == \
         f"torchrun --nproc_per_node=1 {clone / 'train/ddp.py'} -e --resume {best}"
     # a process that is no entry script of a clone (a tool's, a test's): the registry's path
     assert evaluate_command("python", "train/nd.py", best, None, "/usr/lib/pytest/__main__.py") \

@@ -22,6 +22,9 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   plot_scaling  the sweep's figures (figures/scaling_*.png)
   plot_ps       the PS benchmark's figures (figures/ps_*.png)
   regenerate    every RESULTS.md section and figure, from the logs kept in results/
+  slow_workers  train/ddp.py and train/ps.py with an emulated straggler (--worker-slowdown),
+                the instrument of ps, esync and hetero: `python -m
+                imagenet_recipes.bench.slow_workers.ddp` (or `.ps`)
 
 and the modules they share: common (the run-log reader, the RESULTS.md block and table
 writers, this machine, the commit), jobs (starting runs as a user would), sweep_stats and

@@ -9,7 +9,7 @@ workers, on an IID and a non-IID (by-class) split: the comparison the ESync pape
 
 Every combination of --variants (sync; async with each --async-rule, plain and staleness; esync
 with each --esync-average, mean and normalized) and --split iid|by-class runs train/ps.py (as
-`experiments/slow_ps.py`, the slow workers experiment) with --workers compute processes and the
+`-m imagenet_recipes.bench.slow_workers.ps`, with an emulated straggler) with --workers compute processes and the
 same --worker-slowdown (default 1,1,4: the third worker sleeps 3x its compute time after each
 step, an emulated slower device), --repeats times with
 seeds 0..R-1, the repeats interleaved so that drifts in the machine's speed hit every mode.

@@ -1,26 +1,25 @@
 """Slow and uneven workers: which distribution method to pick when one worker is slower, measured
 side by side on the same data, model, batch and schedule.
 
-    launch/env.sh python -m imagenet_recipes.bench.hetero                       # the whole study (hours on 2 cores)
+    launch/env.sh python -m imagenet_recipes.bench.hetero                       # DDP and the PS modes (hours on 2 cores)
     launch/env.sh python -m imagenet_recipes.bench.hetero --profiles one-2x --splits iid   # one profile
     launch/env.sh python -m imagenet_recipes.bench.hetero --quick               # smoke run (~5 min)
     launch/env.sh python -m imagenet_recipes.bench.hetero --report results/hetero
+    launch/env.sh python lab/hetero.py                   # the whole study, local SGD and DiLoCo too
 
 Methods (--methods), 3 compute processes each:
   ddp               train/ddp.py: gradients all-reduced every step (the slowest rank sets the pace)
-  local-sgd         experiments/local_sgd.py --local-sgd-period H after --local-sgd-warmup-steps W
-                    (DDP with local SGD, an experiment: docs/experiments.md)
-  diloco            the same with DiLoCo's outer step (--local-sgd-outer-lr 0.7
-                    --local-sgd-outer-momentum 0.9 by default: --outer-lr, --outer-momentum)
   sync              train/ps.py --mode sync (one server process more)
   async-plain       train/ps.py --mode async --async-rule plain
   async-staleness   train/ps.py --mode async --async-rule staleness (the default rule)
   esync-mean        train/ps.py --mode esync --esync-average mean (the default average)
   esync-normalized  train/ps.py --mode esync --esync-average normalized
+A study adds methods built on train/ddp.py (`MoreMethods`): lab/hetero.py adds the local SGD
+experiment's local-sgd and diloco (imagenet_recipes/experiments/local_sgd/). This tool starts
+none of them; its report reads every method's runs from their logs.
 Speed profiles (--profiles), as --worker-slowdown factors (a factor f: the process sleeps
-(f - 1) x its compute time after each step, an emulated slower device; the slow workers
-experiment, docs/experiments.md: train/ddp.py and train/ps.py run as experiments/slow_ddp.py
-and experiments/slow_ps.py, local SGD's script takes the option itself):
+(f - 1) x its compute time after each step, an emulated slower device: train/ddp.py and
+train/ps.py run as bench.slow_workers' ddp and ps):
   even 1,1,1   one-2x 1,1,2   one-4x 1,1,4   midway 1,1,4 from epoch 3 (--slowdown-from-epoch)
 Splits (--splits): iid, or by-class (each worker its own classes; the parameter server's
 --split: DDP's sampler always shards IID, so the DDP methods run on iid only).
@@ -37,8 +36,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from imagenet_recipes.bench import ps_stats
 from imagenet_recipes.bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
@@ -46,10 +46,12 @@ from imagenet_recipes.bench.esync import variant_args
 from imagenet_recipes.bench.jobs import SLOW_DDP, SLOW_PS, STUDY_QUICK, launcher, quick_defaults, run_study, study_arguments
 from imagenet_recipes.bench.render import render
 
+# The methods this tool runs: the product's.
+RUN_METHODS = ("ddp", "sync", "async-plain", "async-staleness", "esync-mean", "esync-normalized")
+# Every method the report knows, in the order its table and figure show them: local-sgd and
+# diloco are the local SGD experiment's, run by lab/hetero.py and read here from their logs.
 METHODS = ("ddp", "local-sgd", "diloco", "sync", "async-plain", "async-staleness", "esync-mean",
            "esync-normalized")
-DDP_METHODS = ("ddp", "local-sgd", "diloco")
-LOCAL_SGD_SCRIPT = "experiments/local_sgd.py"  # the local SGD experiment, built on train/ddp.py
 # name -> (--worker-slowdown, --slowdown-from-epoch)
 PROFILES: Dict[str, Tuple[str, int]] = {"even": ("1,1,1", 0), "one-2x": ("1,1,2", 0),
                                         "one-4x": ("1,1,4", 0), "midway": ("1,1,4", 3)}
@@ -58,15 +60,25 @@ FIGURE = "hetero_study.png"
 META = "hetero.json"
 
 
-def method_args(method: str, args) -> List[str]:
+@dataclass(frozen=True)
+class MoreMethods:
+    """Methods a study adds to the comparison, each built on train/ddp.py (DDP's sampler: the
+    iid split only): `start(method, args)` gives its launch command (up to the options every
+    run shares) and its own options; `add_options` its command-line options; `quick` its --quick
+    settings, as quick_defaults takes them."""
+    names: Tuple[str, ...] = ()
+    start: Callable[[str, argparse.Namespace], Tuple[List[str], List[str]]] = None
+    add_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    quick: Dict[str, tuple] = field(default_factory=dict)
+
+
+def method_start(method: str, split: str, args) -> Tuple[List[str], List[str]]:
+    """(launch command, the method's own options) of one of this tool's methods."""
     if method == "ddp":
-        return []
-    if method in ("local-sgd", "diloco"):
-        outer = (["--local-sgd-outer-lr", str(args.outer_lr), "--local-sgd-outer-momentum",
-                  str(args.outer_momentum)] if method == "diloco" else [])
-        return ["--local-sgd-period", str(args.local_sgd_period), "--local-sgd-warmup-steps",
-                str(args.local_sgd_warmup_steps), *outer]
-    return variant_args(method, args)  # the parameter server's modes, as bench.esync runs them
+        return launcher("ddp", args.workers, SLOW_DDP), []
+    # the parameter server's modes, as bench.esync runs them
+    return launcher("ps", args.workers + 1, SLOW_PS) + ["--split", split], \
+        variant_args(method, args)
 
 
 def jobs(args, out: Path, data: Path) -> List[tuple]:
@@ -80,18 +92,14 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
             slowdown, from_epoch = PROFILES[profile]
             for split in args.splits:
                 for method in args.methods:
-                    if method in DDP_METHODS and split != "iid":
+                    if (method == "ddp" or method in args.more.names) and split != "iid":
                         continue
                     name = f"{profile}-{split}-{method}-s{seed}"
-                    if method in DDP_METHODS:
-                        script = LOCAL_SGD_SCRIPT if method != "ddp" else SLOW_DDP
-                        start = launcher("ddp", args.workers, script)
-                    else:
-                        start = launcher("ps", args.workers + 1, SLOW_PS) + ["--split", split]
+                    start, options = (args.more.start(method, args) if method in args.more.names
+                                      else method_start(method, split, args))
                     listed.append((name, start + common + [
                         "--worker-slowdown", slowdown, "--slowdown-from-epoch",
-                        str(from_epoch), *method_args(method, args), "--seed", str(seed),
-                        "--run-name", name]))
+                        str(from_epoch), *options, "--seed", str(seed), "--run-name", name]))
     return listed
 
 
@@ -245,28 +253,24 @@ def block(folder: Path, figures: Path, figure: str = FIGURE, gap: float = 5.0) -
                   load_note(read_meta(folder / META), META))
 
 
-def main(argv=None) -> int:
+def main(argv=None, more: MoreMethods = MoreMethods()) -> int:
+    """The tool's command line; `more`: the methods a study adds (lab/hetero.py)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
     study_arguments(p, "hetero", repeats=3,
                     esync_epsilon_help="ESync's margin in seconds (as bench.esync)")
+    methods = [m for m in METHODS if m in RUN_METHODS or m in more.names]
     p.add_argument("--profiles", nargs="+", choices=list(PROFILES), default=list(PROFILES))
     p.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS))
-    p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    p.add_argument("--methods", nargs="+", choices=methods, default=methods)
     p.add_argument("--target-gap", type=float, default=5.0,
                    help="target = PS sync's final top-1 of the same seed minus this")
-    p.add_argument("--local-sgd-period", type=int, default=4)
-    p.add_argument("--local-sgd-warmup-steps", type=int, default=14,
-                   help="the lr warm-up's steps at the default size (640 images, 3 x 16)")
-    p.add_argument("--outer-lr", type=float, default=0.7, help="diloco's outer lr")
-    p.add_argument("--outer-momentum", type=float, default=0.9,
-                   help="diloco's outer Nesterov momentum")
+    more.add_options(p)
     args = p.parse_args(argv)
-    args.workers = 3
+    args.workers, args.more = 3, more
     if args.quick:
-        quick_defaults(args, argv, {**STUDY_QUICK, "--local-sgd-warmup-steps":
-                                    ("local_sgd_warmup_steps", 2)})
+        quick_defaults(args, argv, {**STUDY_QUICK, **more.quick})
 
     def finish(folder: Path) -> int:
         print(block(folder, args.figures or folder / "figures", gap=args.target_gap))

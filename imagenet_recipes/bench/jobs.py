@@ -18,25 +18,25 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from imagenet_recipes.bench.common import REPO, registry
 
-# The slow workers experiment (imagenet_recipes/experiments/slow_workers/): train/ddp.py and
-# train/ps.py with --worker-slowdown, the emulated straggler of the parameter-server studies.
-SLOW_DDP = "experiments/slow_ddp.py"
-SLOW_PS = "experiments/slow_ps.py"
+# train/ddp.py and train/ps.py with --worker-slowdown: the emulated straggler of the
+# benchmarks that compare synchronous and asynchronous training (bench.slow_workers).
+SLOW_DDP = "imagenet_recipes.bench.slow_workers.ddp"
+SLOW_PS = "imagenet_recipes.bench.slow_workers.ps"
 
 
-def launcher(entry: str, processes: int, script: Optional[str] = None) -> List[str]:
+def launcher(entry: str, processes: int, module: Optional[str] = None) -> List[str]:
     """The command that starts an entry script on `processes` processes, as its docstring says
-    (the registry names the script and its launcher); `script`: one built on that entry
-    instead (an experiment's, e.g. experiments/local_sgd.py on ddp), from the repository root."""
+    (the registry names the script and its launcher); `module`: a module run with `-m` instead
+    of the script, one built on that entry (bench.slow_workers' ddp on ddp, say)."""
     e = registry().ENTRIES[entry]
-    script = str(REPO / (script or e.script))
+    program = ["-m", module] if module else [str(REPO / e.script)]
     if e.launcher == "python":
-        return [sys.executable, script]
+        return [sys.executable, *program]
     if e.launcher == "horovodrun":  # the invocation known to work here: gloo, this venv's python
         return [str(Path(sys.executable).parent / "horovodrun"), "-np", str(processes),
-                "--gloo", sys.executable, script]
+                "--gloo", sys.executable, *program]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={processes}", script]
+            f"--nproc_per_node={processes}", *program]
 
 
 def dataset_command(root: Path, classes: int, train: int, val: int, min_size: int,

@@ -7,11 +7,13 @@
 
 Four contenders (DDP and every mode of the parameter server), each with --workers compute
 processes and the same --worker-slowdown (default 1,1,3: the third worker sleeps 2x its compute
-time after every step, an emulated slower device that takes no CPU from the others; the slow
-workers experiment, whose scripts run train/ddp.py and train/ps.py with that option):
+time after every step, an emulated slower device that takes no CPU from the others:
+bench.slow_workers, train/ddp.py and train/ps.py with that option):
 
-  ddp        torchrun --nproc_per_node=3 experiments/slow_ddp.py   (synchronous all-reduce)
-  ps-sync    torchrun --nproc_per_node=4 experiments/slow_ps.py --mode sync   (rank 0 = server)
+  ddp        torchrun --nproc_per_node=3 -m imagenet_recipes.bench.slow_workers.ddp
+             (train/ddp.py with the straggler: synchronous all-reduce)
+  ps-sync    torchrun --nproc_per_node=4 -m imagenet_recipes.bench.slow_workers.ps --mode sync
+             (train/ps.py with the straggler; rank 0 = server)
   ps-async   ... --mode async   (each push applied on arrival)
   ps-esync   ... --mode esync   (fast workers take local steps while the slowest takes one)
 

@@ -22,8 +22,9 @@ has `set_epoch(epoch, start_sample)` (start_sample: global samples of the epoch 
 `workers` (what -j gave it: loader processes, DALI threads; 0 for synthetic data),
 `state_dict()` / `load_state_dict()` (this rank's augmentation random state where the sampler's
 position alone does not restore it, else None; the engine keeps one per rank in the
-checkpoint) and `close()`. Which module builds which backend is
-listed once, in `imagenet_recipes.registry.DATA_BACKENDS`.
+checkpoint) and `close()`. Which module builds which backend, and what each one does (where it
+decodes, whether it starts worker processes), is declared once, in
+`imagenet_recipes.registry.DATA_BACKENDS`.
 """
 from __future__ import annotations
 
@@ -51,5 +52,5 @@ def build_loaders(cfg, shard, device):
     """-> (train_loader, val_loader, num_classes); loaders yield (images, targets) on device.
 
     A backend's module is imported only when chosen (DALI is an optional dependency)."""
-    backend = importlib.import_module(DATA_BACKENDS[cfg.backend])
+    backend = importlib.import_module(DATA_BACKENDS[cfg.backend].path)
     return backend.build(cfg, shard, device)

@@ -10,11 +10,10 @@ import multiprocessing
 import multiprocessing.forkserver
 
 from ..config import TrainConfig
+from ..registry import DATA_BACKENDS, backends_where
 
-PACKAGE = __name__.split(".")[0]
-# --data-backend -> its module in this package, for the backends whose loaders run DataLoader
-# worker processes started from this server
-WORKER_BACKENDS = {"pytorch": "pytorch", "gpu": "gpu_decode"}
+# The backends whose loaders run DataLoader worker processes, started from this server.
+WORKER_BACKENDS = backends_where("worker_processes")
 
 
 def loader_worker_context() -> multiprocessing.context.BaseContext:
@@ -34,8 +33,8 @@ def loader_worker_context() -> multiprocessing.context.BaseContext:
     workers run (both: the server starts before the trainer has built its loaders). The list
     only counts when the server starts: the first call decides it."""
     context = multiprocessing.get_context("forkserver")
-    backends = [f"{PACKAGE}.data.{module}" for module in WORKER_BACKENDS.values()]
-    context.set_forkserver_preload([f"{PACKAGE}.data.worker_server", "__main__", *backends])
+    backends = [DATA_BACKENDS[name].path for name in WORKER_BACKENDS]
+    context.set_forkserver_preload([f"{__package__}.worker_server", "__main__", *backends])
     return context
 
 

@@ -48,6 +48,9 @@ class Strategy:
     """
 
     name = "nd"
+    # The constructor's options that the command line sets: argument -> TrainConfig field. Each
+    # class declares its own; from_config gathers them along the class's lineage.
+    OPTIONS = {"device": "device", "channels_last": "channels_last", "compile": "compile"}
     rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
     share_gpus = False  # several local ranks on one GPU (DDP's --share-gpus)
 
@@ -63,8 +66,17 @@ class Strategy:
         return cls(Precision.from_config(cfg), **cls.options_from(cfg))
 
     @classmethod
+    def options(cls) -> dict:
+        """Every option this strategy's constructor takes from the config (the OPTIONS of it
+        and its bases): argument -> TrainConfig field."""
+        declared = {}
+        for klass in reversed(cls.__mro__):
+            declared.update(vars(klass).get("OPTIONS", {}))
+        return declared
+
+    @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
-        return dict(device=cfg.device, channels_last=cfg.channels_last, compile=cfg.compile)
+        return {argument: getattr(cfg, field) for argument, field in cls.options().items()}
 
     # --- environment -----------------------------------------------------------------------------
     def setup_environment(self) -> torch.device:

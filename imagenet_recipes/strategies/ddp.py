@@ -6,7 +6,6 @@ from typing import Optional
 import torch.nn as nn
 
 from ..comm_hooks import LossScaledPowerSGD, powersgd_hook
-from ..config import TrainConfig
 from ..precision import Precision
 from .process_group import ProcessGroupStrategy
 
@@ -15,6 +14,8 @@ class DDPStrategy(ProcessGroupStrategy):
     """One process per device; gradients all-reduced in buckets, overlapped with backward."""
 
     name = "ddp"
+    OPTIONS = {"comm_hook": "ddp_comm_hook", "powersgd_rank": "powersgd_rank",
+               "powersgd_start_step": "powersgd_start_step", "share_gpus": "share_gpus"}
 
     def __init__(self, precision: Optional[Precision] = None, *, comm_hook: str = "none",
                  powersgd_rank: int = 1, powersgd_start_step: int = 10, **common):
@@ -23,12 +24,6 @@ class DDPStrategy(ProcessGroupStrategy):
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.powersgd: Optional[LossScaledPowerSGD] = None  # --ddp-comm-hook powersgd's state
 
-    @classmethod
-    def options_from(cls, cfg: TrainConfig) -> dict:
-        return dict(super().options_from(cfg), comm_hook=cfg.ddp_comm_hook,
-                    share_gpus=cfg.share_gpus,
-                    powersgd_rank=cfg.powersgd_rank,
-                    powersgd_start_step=cfg.powersgd_start_step)
 
     def _wrap_and_share(self, model: nn.Module) -> nn.Module:
         # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces

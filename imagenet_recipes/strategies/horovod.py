@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 import torch
 import torch.nn as nn
 
-from ..config import TrainConfig, UsageError
+from ..config import UsageError
 from ..precision import Precision
 from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy
@@ -68,6 +68,8 @@ class HorovodStrategy(Strategy):
     DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
 
     name = "hvd"
+    OPTIONS = {"sync_bn": "sync_bn", "fp16_allreduce": "fp16_allreduce",
+               "backward_passes_per_step": "grad_accum"}
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  fp16_allreduce: bool = False, backward_passes_per_step: int = 1, **common):
@@ -75,10 +77,6 @@ class HorovodStrategy(Strategy):
         self.sync_bn, self.fp16_allreduce = sync_bn, fp16_allreduce
         self.backward_passes_per_step = backward_passes_per_step
 
-    @classmethod
-    def options_from(cls, cfg: TrainConfig) -> dict:
-        return dict(super().options_from(cfg), sync_bn=cfg.sync_bn,
-                    fp16_allreduce=cfg.fp16_allreduce, backward_passes_per_step=cfg.grad_accum)
 
     def setup_environment(self) -> torch.device:
         try:

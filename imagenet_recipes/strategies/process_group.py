@@ -53,6 +53,8 @@ class ProcessGroupStrategy(Strategy):
     """One process per device in a torch.distributed group (gloo on CPUs, NCCL on GPUs). A
     subclass wraps the model (`_wrap_and_share`) and says how gradients are reduced."""
 
+    OPTIONS = {"sync_bn": "sync_bn", "seed": "seed", "dist_timeout": "dist_timeout"}
+
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  seed: int = 0, dist_timeout: float = 600.0, share_gpus: bool = False,
                  **common):
@@ -61,10 +63,6 @@ class ProcessGroupStrategy(Strategy):
         self.share_gpus = share_gpus
         self.wrapper: Optional[nn.Module] = None  # what holds the group besides torch itself
 
-    @classmethod
-    def options_from(cls, cfg) -> dict:
-        return dict(super().options_from(cfg), sync_bn=cfg.sync_bn, seed=cfg.seed,
-                    dist_timeout=cfg.dist_timeout)
 
     def setup_environment(self) -> torch.device:
         # torchrun (or srun + env) tells each process who it is.

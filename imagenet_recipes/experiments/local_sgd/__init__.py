@@ -1,5 +1,5 @@
-"""Post-local SGD and DiLoCo over DDP: `torchrun ... experiments/local_sgd.py --local-sgd-period
-H ...` (every option of train/ddp.py, plus the four below in config.py).
+"""Post-local SGD and DiLoCo over DDP: `torchrun ... -m imagenet_recipes.experiments.local_sgd
+--local-sgd-period H ...` (every option of train/ddp.py, plus the four below in config.py).
 
     config.py    LocalSGDConfig: the options (no torch import: the command line is read first)
     strategy.py  LocalSGD (when to communicate, what an average does) and LocalSGDStrategy,
@@ -15,7 +15,7 @@ STRATEGY = "imagenet_recipes.experiments.local_sgd.strategy:LocalSGDStrategy"
 
 
 def main(description: str = "", argv: Optional[list] = None) -> None:
-    """experiments/local_sgd.py's whole body: train/ddp.py's run, with this experiment's
+    """The experiment's command (__main__.py): train/ddp.py's run, with this experiment's
     options and strategy."""
     from ...cli import main as train
 

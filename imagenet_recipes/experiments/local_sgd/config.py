@@ -1,11 +1,11 @@
 """The local SGD experiment's options: train/ddp.py's, plus when to average and how, and the slow
-workers' (local SGD is studied on workers of different speeds, bench.hetero)."""
+workers' (local SGD is studied on workers of different speeds: lab/hetero.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ...config import TrainConfig, UsageError, opt
-from ..slow_workers.options import SlowWorkerOptions
+from ...bench.slow_workers.options import SlowWorkerOptions
 
 LOCAL_SGD = "local SGD (experiment)"  # the help group of the options below
 

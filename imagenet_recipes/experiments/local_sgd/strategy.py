@@ -11,7 +11,6 @@ import torch.nn as nn
 from ...config import UsageError
 from ...precision import Precision
 from ...strategies.ddp import DDPStrategy
-from .config import LocalSGDConfig
 
 
 class LocalSGD:
@@ -99,6 +98,9 @@ class LocalSGDStrategy(DDPStrategy):
     """DDP until the warm-up ends, then local steps and periodic averages (LocalSGD). Every
     method below adds its part to DDP's and calls it: with --local-sgd-period 0 this is DDP."""
 
+    OPTIONS = {name: name for name in ("local_sgd_period", "local_sgd_warmup_steps",
+                                       "local_sgd_outer_lr", "local_sgd_outer_momentum")}
+
     def __init__(self, precision: Optional[Precision] = None, *, local_sgd_period: int = 0,
                  local_sgd_warmup_steps: int = 0, local_sgd_outer_lr: float = 1.0,
                  local_sgd_outer_momentum: float = 0.0, **common):
@@ -106,12 +108,6 @@ class LocalSGDStrategy(DDPStrategy):
         self.local_sgd = (LocalSGD(local_sgd_period, local_sgd_warmup_steps, local_sgd_outer_lr,
                                    local_sgd_outer_momentum) if local_sgd_period else None)
 
-    @classmethod
-    def options_from(cls, cfg: LocalSGDConfig) -> dict:
-        return dict(super().options_from(cfg), local_sgd_period=cfg.local_sgd_period,
-                    local_sgd_warmup_steps=cfg.local_sgd_warmup_steps,
-                    local_sgd_outer_lr=cfg.local_sgd_outer_lr,
-                    local_sgd_outer_momentum=cfg.local_sgd_outer_momentum)
 
     def setup_module(self, model: nn.Module) -> nn.Module:
         if self.local_sgd and self.precision.scaling:

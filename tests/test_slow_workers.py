@@ -1,10 +1,10 @@
-"""The slow workers experiment (experiments/slow_ddp.py and experiments/slow_ps.py:
+"""bench.slow_workers, the benchmarks' emulated straggler (its ddp and ps modules, run with -m:
 --worker-slowdown, --slowdown-from-epoch) and the product's seam it plugs into,
 `TrainConfig.step_hooks`: the product has no such option, the engine calls the hooks after each
 step, each process gets its own factor, and a list that does not fit the processes stops every
 rank before it trains. What a slow worker changes in the parameter server (ESync gives the fast
 worker more local steps, async records the slow worker's staleness) is in tests/test_ps.py, whose
-learning runs start experiments/slow_ps.py: they test the PS worker's call of the hooks too."""
+learning runs start bench.slow_workers.ps: they test the PS worker's call of the hooks too."""
 from __future__ import annotations
 
 import pytest
@@ -13,12 +13,11 @@ from conftest import TINY
 
 from imagenet_recipes.config import TrainConfig, UsageError, parse_args
 from imagenet_recipes.experiments.local_sgd import LocalSGDConfig
-from imagenet_recipes.experiments.slow_workers import Slowdown, SlowTrainConfig, options
-from imagenet_recipes.experiments.slow_workers.ps import SlowPSConfig
-from imagenet_recipes.experiments.slow_workers.ps import main as slow_ps
+from imagenet_recipes.bench.slow_workers import Slowdown, SlowTrainConfig, options
+from imagenet_recipes.bench.slow_workers.ps import SlowPSConfig
+from imagenet_recipes.bench.slow_workers.ps import main as slow_ps
 from imagenet_recipes.ps.config import PSConfig
 
-pytestmark = pytest.mark.experiment
 
 
 @pytest.mark.parametrize("entry,config_cls", [("ddp", TrainConfig), ("ps", PSConfig)])
@@ -88,7 +87,7 @@ def test_the_engine_calls_the_hooks_after_each_step_from_the_epoch_given(tmp_pat
 @pytest.mark.parametrize("rank", [0, 1, 2])
 def test_a_list_that_does_not_match_the_workers_stops_every_rank_before_rpc(
         tiny_imagefolder, tmp_path, monkeypatch, capsys, rank):
-    """experiments/slow_ps.py's body in this process, as rank `rank` of 3 (a server and 2
+    """bench.slow_workers.ps's main in this process, as rank `rank` of 3 (a server and 2
     workers): each rank checks the list before RPC starts, so nobody waits for a peer that gave
     up (without MASTER_ADDR a rank that reached RPC's start would fail with another message)."""
     monkeypatch.setenv("RANK", str(rank))

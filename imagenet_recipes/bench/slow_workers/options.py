@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 from ...config import TrainConfig, UsageError, opt
 from ...registry import PROCESSES
 
-SLOW_WORKERS = "slow workers (experiment)"  # the help group of the options below
+SLOW_WORKERS = "slow workers (emulated, bench.slow_workers)"  # the help group of the options below
 
 
 def parse_factors(text: str) -> Tuple[float, ...]:
