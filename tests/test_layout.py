@@ -283,6 +283,14 @@ def test_a_docstring_may_point_anywhere_and_the_lab_may_reach_everything():
     assert wrong_arrows("lab/hetero.py", 'M = "imagenet_recipes.experiments.local_sgd"\n') == []
 
 
+@pytest.mark.parametrize("room", ["lab", "imagenet_recipes/experiments",
+                                  "imagenet_recipes/bench"])
+def test_each_room_says_what_it_holds_who_may_import_it_and_what_its_tests_promise(room):
+    readme = (REPO / room / "README.md").read_text()
+    for part in ("What this folder holds.", "Who may import it.", "What its tests promise."):
+        assert f"**{part}**" in readme, (room, part)
+
+
 def test_each_experiment_has_its_page_and_its_command():
     """torchtitan's experiments/ contract: one tree, each experiment a folder with its README
     (what it is, its owner, its tests, when it joins the product or retires) and its command,
