@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .registry import DATA_BACKENDS
+from .registry import DATA_BACKENDS, backends_where
 
 
 def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
@@ -78,7 +78,8 @@ def data_wait_note(share: float, backend: str, workers: int, cores: int,
         fixes.append("give the GPU's hardware JPEG decoder more of each batch: "
                      "--dali-hw-decoder-load 0.9")
     elif cuda:
-        fixes.append("decode on the GPU: --data-backend dali-gpu or gpu")
+        on_gpu = " or ".join(backends_where("gpu_decoding"))
+        fixes.append(f"decode on the GPU: --data-backend {on_gpu}")
     elif backend == "pytorch":
         fixes.append("decode with DALI's CPU pipeline: --data-backend dali-cpu")
     return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "

@@ -92,8 +92,7 @@ class DataBackend:
     """One --data-backend: the module of imagenet_recipes.data that builds its loaders
     (`build(cfg, shard, device)`, under the loader contract in data/__init__.py) and what the
     rest of the package needs to know of it without importing it (torch, DALI)."""
-    module: str                # imagenet_recipes.data.<module>
-    decodes_in: str            # where its JPEGs are decoded ("": nothing to decode)
+    module: str                     # imagenet_recipes.data.<module>
     worker_processes: bool = False  # DataLoader workers, started from the loader server
     decoding_workers: bool = False  # -j decides how many decode (processes or DALI threads)
     gpu_decoding: bool = False      # decodes on the GPU when there is one
@@ -105,15 +104,14 @@ class DataBackend:
 
 # --data-backend choices, in the order -h lists them.
 DATA_BACKENDS: Dict[str, DataBackend] = {
-    "pytorch": DataBackend("pytorch", "the loader's worker processes", worker_processes=True,
-                           decoding_workers=True),
-    "synthetic": DataBackend("synthetic", ""),
-    "dali-cpu": DataBackend("dali", "DALI's CPU threads", decoding_workers=True),
-    "dali-gpu": DataBackend("dali", "DALI's mixed decoder: the GPU, CPU threads for the rest",
-                            decoding_workers=True, gpu_decoding=True),
-    # workers read the files; TorchCodec or nvImageCodec decodes the batch on the device
-    "gpu": DataBackend("gpu_decode", "the training process's device, a batch at a time",
-                       worker_processes=True, gpu_decoding=True),
+    # worker processes read and decode
+    "pytorch": DataBackend("pytorch", worker_processes=True, decoding_workers=True),
+    "synthetic": DataBackend("synthetic"),
+    # DALI's pipeline: CPU threads decode; dali-gpu's mixed decoder uses the GPU's as well
+    "dali-cpu": DataBackend("dali", decoding_workers=True),
+    "dali-gpu": DataBackend("dali", decoding_workers=True, gpu_decoding=True),
+    # worker processes read the files; TorchCodec or nvImageCodec decodes the batch on the GPU
+    "gpu": DataBackend("gpu_decode", worker_processes=True, gpu_decoding=True),
 }
 
 

@@ -24,7 +24,6 @@ class DDPStrategy(ProcessGroupStrategy):
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.powersgd: Optional[LossScaledPowerSGD] = None  # --ddp-comm-hook powersgd's state
 
-
     def _wrap_and_share(self, model: nn.Module) -> nn.Module:
         # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces
         # gradient buckets during backward.

@@ -77,7 +77,6 @@ class HorovodStrategy(Strategy):
         self.sync_bn, self.fp16_allreduce = sync_bn, fp16_allreduce
         self.backward_passes_per_step = backward_passes_per_step
 
-
     def setup_environment(self) -> torch.device:
         try:
             import horovod.torch as hvd

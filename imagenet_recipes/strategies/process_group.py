@@ -63,7 +63,6 @@ class ProcessGroupStrategy(Strategy):
         self.share_gpus = share_gpus
         self.wrapper: Optional[nn.Module] = None  # what holds the group besides torch itself
 
-
     def setup_environment(self) -> torch.device:
         # torchrun (or srun + env) tells each process who it is.
         self.rank = _env_int("RANK", 0)

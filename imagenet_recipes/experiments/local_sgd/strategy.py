@@ -108,7 +108,6 @@ class LocalSGDStrategy(DDPStrategy):
         self.local_sgd = (LocalSGD(local_sgd_period, local_sgd_warmup_steps, local_sgd_outer_lr,
                                    local_sgd_outer_momentum) if local_sgd_period else None)
 
-
     def setup_module(self, model: nn.Module) -> nn.Module:
         if self.local_sgd and self.precision.scaling:
             # Each rank's loss scaler would see only its own gradients' overflows and drift
