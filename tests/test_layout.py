@@ -256,6 +256,14 @@ def test_no_room_reaches_a_room_it_may_not():
             for arrow in wrong_arrows(path, (REPO / path).read_text())] == []
 
 
+def test_no_module_of_the_product_or_its_tools_is_over_600_lines():
+    """A module long enough to need a map is split by job first (bench.gpu's groups)."""
+    long = [(path, n) for path in _python_files()
+            if room_of(path) in ("product", "tools")
+            and (n := len((REPO / path).read_text().splitlines())) > 600]
+    assert long == []
+
+
 @pytest.mark.parametrize("path,planted", [
     # a tool starting an experiment's script or module
     ("imagenet_recipes/bench/hetero.py", 'SCRIPT = REPO / "experiments/local_sgd.py"'),
