@@ -32,25 +32,38 @@ class StandInDecoder:
         return None if raw in self.empty else (torch.full((2,), float(raw)),)
 
 
-def train_on(batches, events: list, step_s: float = 0.1, stop_after: int = -1) -> list:
+def train_on(batches, events: list, step=lambda batch: None, stop_after: int = -1) -> list:
     taken = []
     for (images,) in batches:
         events.append(("taken", int(images[0])))
         taken.append(int(images[0]))
-        time.sleep(step_s)  # the step
+        step(int(images[0]))
         if len(taken) == stop_after:
             break
     return taken
 
 
+def step_until_prepared(events: list, ahead: int, last: int):
+    """A step that lasts until the thread has prepared the batch `ahead` after it (10 s at
+    most), however slow a loaded machine makes the thread: a bound on the look-ahead, not on
+    time."""
+    def step(batch: int) -> None:
+        deadline = time.monotonic() + 10
+        while batch + ahead <= last and ("prepared", batch + ahead) not in events \
+                and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return step
+
+
 def test_batches_come_in_order_prepared_up_to_two_ahead_in_another_thread():
     events: list = []
     decoder = StandInDecoder(events, empty=(3,))
-    taken = train_on(prepared_ahead(range(8), decoder, CPU, ahead=2), events)
+    taken = train_on(prepared_ahead(range(8), decoder, CPU, ahead=2), events,
+                     step_until_prepared(events, ahead=2, last=7))
     assert taken == [0, 1, 2, 4, 5, 6, 7]  # in order; a None (a batch of unreadable files) skipped
     assert decoder.threads == {"prepare-batches"}
     for i in (4, 5):
-        # while batch i trains (10x a decode's time), batches i+1 and i+2 are prepared
+        # while batch i trains, batches i+1 and i+2 are prepared
         assert events.index(("prepared", i + 2)) < events.index(("taken", i + 1)), events
     for raw in taken:
         # never more than two prepared batches wait, with one more prepared and waiting for
@@ -62,7 +75,7 @@ def test_batches_come_in_order_prepared_up_to_two_ahead_in_another_thread():
 def test_without_the_overlap_each_batch_is_prepared_when_asked_for():
     events: list = []
     decoder = StandInDecoder(events)
-    taken = train_on(prepared_ahead(range(4), decoder, CPU, ahead=0), events, step_s=0)
+    taken = train_on(prepared_ahead(range(4), decoder, CPU, ahead=0), events)
     assert taken == [0, 1, 2, 3]
     assert events == [(kind, i) for i in range(4) for kind in ("prepared", "taken")]
     assert decoder.threads == {threading.current_thread().name}
@@ -80,7 +93,7 @@ def test_stopping_early_stops_the_thread():
     events: list = []
     before = threading.active_count()
     taken = train_on(prepared_ahead(range(1000), StandInDecoder(events), CPU), events,
-                     step_s=0, stop_after=3)
+                     stop_after=3)
     assert taken == [0, 1, 2]
     assert threading.active_count() == before  # joined when the generator closed
     assert sum(1 for e in events if e[0] == "prepared") <= 3 + 3  # not the whole epoch
