@@ -285,6 +285,29 @@ def test_the_room_check_finds_a_planted_arrow(path, planted):
     assert wrong_arrows(path, source), planted
 
 
+def shell_arrows(path: str, text: str) -> list:
+    """The experiments and studies a shell script of launch/ (or CI's) names outside its
+    comments: it starts the product's jobs and the tools', never an experiment or a study."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return [f"{path} names {m[0]!r}" for line in lines for m in _NAMED.finditer(line)
+            if (m["folder"] or m["package"]) in ("lab", "experiments")]
+
+
+def _shell_scripts() -> list:
+    scripts = [p for p in (REPO / "launch").rglob("*") if p.suffix in (".sh", ".sbatch")]
+    return [str(p.relative_to(REPO)) for p in scripts + [REPO / ".ci" / "run"]]
+
+
+def test_no_launch_script_starts_an_experiment_or_a_study():
+    scripts = _shell_scripts()
+    assert len(scripts) > 10
+    assert [arrow for path in scripts
+            for arrow in shell_arrows(path, (REPO / path).read_text())] == []
+    planted = "python -m imagenet_recipes.experiments.local_sgd\npython lab/hvd.py --steps 3\n"
+    assert len(shell_arrows("launch/bench_cpu.sh", planted)) == 2
+    assert shell_arrows("launch/bench_cpu.sh", "# see lab/README.md\n") == []
+
+
 def test_a_docstring_may_point_anywhere_and_the_lab_may_reach_everything():
     assert wrong_arrows("imagenet_recipes/engine.py",
                         '"""See lab/README.md and experiments/."""\n') == []
