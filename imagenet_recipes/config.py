@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import UsageError
-from .peer_flags import ALIASES, add_refused_flags, refuse_refused_flags
+from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
                        HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
@@ -325,9 +325,10 @@ class TrainConfig:
     def resolve_channels_last(self, device_type: str) -> bool:
         """--channels-last left unset: decided once the device is known. On a CPU, oneDNN's
         convolutions train faster in channels_last at ImageNet-like crops and slower at small
-        ones (the lab's layout study, lab/README.md, "Memory layout on a CPU"), so a CPU run takes it when its largest train crop is at least
-        CPU_CHANNELS_LAST_MIN_CROP. On a GPU, tensor cores prefer it with a half type at any
-        size; fp32 on a GPU and float64 keep NCHW."""
+        ones (the lab's layout study, lab/README.md, "Memory layout on a CPU"), so a CPU run
+        takes it when its largest train crop is at least CPU_CHANNELS_LAST_MIN_CROP. On a GPU,
+        tensor cores prefer it with a half type at any size; fp32 on a GPU and float64 keep
+        NCHW."""
         if self.channels_last is None:
             if self.float64:
                 self.channels_last = False
@@ -351,9 +352,9 @@ class TrainConfig:
         """What runs after each training step of process `rank` of `ranks` (a parameter-server
         worker: its index among the workers), each hook called as hook(epoch, seconds the step
         took). The product has none; a config built on it adds its own (the benchmarks'
-        bench.slow_workers: a sleep that emulates a slower device). Each process asks once before it
-        trains, so a setting that does not fit the processes stops every one of them first
-        (UsageError)."""
+        bench.slow_workers: a sleep that emulates a slower device). Each process asks once
+        before it trains, so a setting that does not fit the processes stops every one of them
+        first (UsageError)."""
         return ()
 
     def validate_extra(self) -> None:
@@ -482,7 +483,7 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))
     ns.pop("local_rank")
-    refuse_refused_flags(ns)
+    refuse_other_projects_flags(ns)
     if entry is not None:
         refuse_other_entries_options(ns, config_cls, entry)
     ns["lr_steps"] = tuple(ns["lr_steps"])

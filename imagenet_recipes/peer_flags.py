@@ -77,7 +77,7 @@ def add_refused_flags(parser: argparse.ArgumentParser) -> None:
                                 nargs="?", const=True, default=None, help=argparse.SUPPRESS)
 
 
-def refuse_refused_flags(ns: dict) -> None:
+def refuse_other_projects_flags(ns: dict) -> None:
     """Take the refused flags out of the parsed namespace `ns`; UsageError naming the first
     group of them that was given, and what to type instead."""
     for flag, (_, hint) in REFUSED.items():

@@ -9,10 +9,10 @@ workers, on an IID and a non-IID (by-class) split: the comparison the ESync pape
 
 Every combination of --variants (sync; async with each --async-rule, plain and staleness; esync
 with each --esync-average, mean and normalized) and --split iid|by-class runs train/ps.py (as
-`-m imagenet_recipes.bench.slow_workers.ps`, with an emulated straggler) with --workers compute processes and the
-same --worker-slowdown (default 1,1,4: the third worker sleeps 3x its compute time after each
-step, an emulated slower device), --repeats times with
-seeds 0..R-1, the repeats interleaved so that drifts in the machine's speed hit every mode.
+`-m imagenet_recipes.bench.slow_workers.ps`, with an emulated straggler) with --workers compute
+processes and the same --worker-slowdown (default 1,1,4: the third worker sleeps 3x its compute
+time after each step, an emulated slower device), --repeats times with seeds 0..R-1, the
+repeats interleaved so that drifts in the machine's speed hit every mode.
 Same model, data, per-worker batch, base lr (scaled per mode as in imagenet_recipes/ps/server.py),
 schedule and epochs; the server validates once per epoch, in the background, on the weights of
 that moment (their `train_elapsed` is the wall-clock used here).

@@ -38,7 +38,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from imagenet_recipes.bench import ps_stats
 from imagenet_recipes.bench.common import logged_hardware, read_meta, repo_relative, shown_commit, spread
@@ -67,7 +67,7 @@ class MoreMethods:
     run shares) and its own options; `add_options` its command-line options; `quick` its --quick
     settings, as quick_defaults takes them."""
     names: Tuple[str, ...] = ()
-    start: Callable[[str, argparse.Namespace], Tuple[List[str], List[str]]] = None
+    start: Optional[Callable[[str, argparse.Namespace], Tuple[List[str], List[str]]]] = None
     add_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     quick: Dict[str, tuple] = field(default_factory=dict)
 
