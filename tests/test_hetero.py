@@ -1,13 +1,15 @@
 """bench.hetero, the slow-and-uneven-workers comparison, and lab/hetero.py, the whole study: the
 commands they run, how the report counts local SGD's traffic and what it concludes from a table
-of runs. In-process (its real runs are read by
+of runs. In-process but for one dry run of the study's script (its real runs are read by
 test_results' byte-for-byte regeneration of results/hetero/)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from conftest import lab_module
+import pytest
+
+from conftest import lab_module, run_lab
 
 from imagenet_recipes.bench import hetero, ps_stats
 
@@ -125,3 +127,18 @@ def test_the_block_says_the_verdicts_in_words():
     assert "| one-2x | iid | local-sgd | 2 | 92.0 (91.0-93.0) | +1.0 (+0.0 to +2.0) | " \
            "42 (40-45) (2 of 2) | 100 | 1000 (computed) |" in text
     assert "minus\n5 points" in text or "minus 5 points" in text
+
+
+@pytest.mark.slow
+def test_the_lab_study_runs_as_its_docstring_says(tmp_path):
+    """`python lab/hetero.py --dry-run`: the tool's command line with the study's options added,
+    the experiment's module started under torchrun beside the tool's."""
+    proc = run_lab("hetero", "--dry-run", "--quick", "--profiles", "one-2x", "--repeats", "1",
+                   "--splits", "iid", "--local-sgd-period", "3", "--out", tmp_path / "h")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line]
+    modules = sorted({line.split(" -m ")[2].split()[0] for line in lines})
+    assert modules == ["imagenet_recipes.bench.slow_workers.ddp",
+                       "imagenet_recipes.bench.slow_workers.ps",
+                       "imagenet_recipes.experiments.local_sgd"]
+    assert sum("--local-sgd-period 3" in line for line in lines) == 2  # local-sgd, diloco
