@@ -15,9 +15,8 @@ from imagenet_recipes.bench import regenerate
 from imagenet_recipes.bench.common import shown_commit
 from imagenet_recipes.bench.render import render
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"  # this page's prose
-
 HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"  # this page's prose
 
 
 def loop_block(folder: Path, figures: Path) -> str:
