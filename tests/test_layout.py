@@ -92,20 +92,26 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from X import ...` reads, its leading dots resolved against `package`
+    (the dotted folder of the importing file)."""
+    if not node.level:
+        return node.module or ""
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
 def _imports(path: Path, name: str) -> set:
     """The package's modules `path` imports, anywhere in it (lazy imports in functions count
     too)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-            target = f"{base}.{node.module}" if node.module else base
-            # `from . import checkpoint` imports a module; `from .data import Shard` a name
-            found |= {f"{target}.{a.name}" for a in node.names} | {target}
-        elif isinstance(node, ast.ImportFrom) and \
-                (node.module or "").startswith("imagenet_recipes"):
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        if isinstance(node, ast.ImportFrom):
+            target = _from_module(node, package)
+            if target.startswith("imagenet_recipes"):
+                # `from . import checkpoint` imports a module; `from .data import Shard` a name
+                found |= {target} | {f"{target}.{a.name}" for a in node.names}
     return found
 
 
@@ -214,14 +220,13 @@ def rooms_reached(path: str, source: str) -> set:
                                        ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr)
                   and isinstance(node.body[0].value, ast.Constant)}
-    package = path.rsplit("/", 1)[0].split("/")
+    package = path.rsplit("/", 1)[0].replace("/", ".")
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {(_room_of_module(a.name), f"import {a.name}") for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
-            module = ".".join(filter(None, [base, node.module]))
+            module = _from_module(node, package)
             found |= {(_room_of_module(name), f"from {module} import {a.name}")
                       for a in node.names for name in (module, f"{module}.{a.name}")}
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
