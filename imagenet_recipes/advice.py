@@ -52,15 +52,20 @@ DATA_WAIT_SHARE = 0.10
 
 
 def data_wait_note(share: float, backend: str, workers: int, cores: int,
-                   device_type: str, gpu_decoder: str = "torchcodec") -> Optional[str]:
+                   device_type: str, gpu_decoder: str = "torchcodec", cpu_decoded: int = 0
+                   ) -> Optional[str]:
     """The note after the first epoch when this process waited for data for `share` of it
     (`workers`: its -j; `cores`: its share of the machine's cores), else None. What it advises
     is what helps that backend: more workers only where workers (or DALI's threads) decode and
-    there are cores left; with the `gpu` backend the workers only read files, the GPU decodes."""
+    there are cores left; with the `gpu` backend the workers only read files, the GPU decodes
+    (`cpu_decoded`: the first epoch's images it decoded on the CPU instead, all ranks)."""
     if share < DATA_WAIT_SHARE or backend == "synthetic":
         return None
     cuda = device_type == "cuda"
     fixes = []
+    if backend == "gpu" and cuda and cpu_decoded:
+        fixes.append(f"{cpu_decoded} images were decoded on the CPU in the training process, "
+                     f"not by --gpu-decoder {gpu_decoder} (the lines after each epoch say why)")
     if DATA_BACKENDS[backend].decoding_workers:
         if workers < cores - 1:
             fixes.append(f"raise -j (up to {cores - 1}, every core but one)")

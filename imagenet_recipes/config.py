@@ -65,6 +65,11 @@ class TrainConfig:
         help="--data-backend gpu's JPEG decoder: torchcodec (nvJPEG's CUDA decoder, whole "
              "images) or nvimgcodec (nvImageCodec: only each crop's region, with the GPU's "
              "hardware JPEG decoder where it has one); libjpeg-turbo on a CPU run"))
+    gpu_hw_decoder_load: float = field(default=0.65, metadata=opt(
+        DATA, "--gpu-hw-decoder-load",
+        help="--data-backend gpu --gpu-decoder nvimgcodec: the share of each batch that the "
+             "GPU's hardware JPEG decoder takes (A100, H100, H200), the CUDA decoder the rest "
+             "(DALI's default, as --dali-hw-decoder-load)"))
     dali_hw_decoder_load: float = field(default=0.65, metadata=opt(
         DATA, "--dali-hw-decoder-load",
         help="--data-backend dali-gpu: the share of each batch that the GPU's hardware JPEG "
@@ -546,9 +551,10 @@ def validate(cfg: TrainConfig) -> None:
                              f"got {cfg.loss_scale!r}") from None
     if not 0.0 <= cfg.label_smoothing < 1.0:
         raise UsageError("--label-smoothing must be in [0, 1)")
-    if not 0.0 <= cfg.dali_hw_decoder_load <= 1.0:
-        raise UsageError(f"--dali-hw-decoder-load is a share of each batch, in [0, 1]; got "
-                         f"{cfg.dali_hw_decoder_load}")
+    for flag in ("dali_hw_decoder_load", "gpu_hw_decoder_load"):
+        if not 0.0 <= getattr(cfg, flag) <= 1.0:
+            raise UsageError(f"--{flag.replace('_', '-')} is a share of each batch, in [0, 1]; "
+                             f"got {getattr(cfg, flag)}")
     if cfg.warmup_epochs < 0 or (cfg.warmup_epochs > 0 and cfg.warmup_epochs >= cfg.epochs):
         raise UsageError(f"--warmup-epochs must be in [0, --epochs), got {cfg.warmup_epochs}")
     validate_recipe(cfg)

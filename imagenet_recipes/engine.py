@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections import Counter
 import sys
 import time
 from pathlib import Path
@@ -312,19 +313,22 @@ class Trainer:
         epoch_time = time.perf_counter() - epoch_start
         stats = summarize(epoch_sums)
         img_s = stats["count"] / epoch_time
+        decoded = self._cpu_decoded(self.train_loader)
         self.log.write("train_epoch", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats,
                        img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
-                       epoch_time=epoch_time, skipped=self._skipped(self.train_loader))
+                       epoch_time=epoch_time, skipped=self._skipped(self.train_loader),
+                       **decoded)
         self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
                        f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
+        self._say_cpu_decoded(decoded, "training")
         if not self._data_wait_told:  # once, after the first epoch this run trains
             self._data_wait_told = True
             note = data_wait_note(epoch_data_time / max(epoch_time, 1e-9), cfg.backend,
                                   self.train_loader.workers,
                                   cores_per_process(strategy.local_world_size), self.device.type,
-                                  cfg.gpu_decoder)
+                                  cfg.gpu_decoder, decoded.get("cpu_decoded", 0))
             if note:
                 self.log.print(note)
         return {**stats, "img_s": img_s, "epoch_time": epoch_time}
@@ -368,31 +372,35 @@ class Trainer:
         lr = self.optimizer.param_groups[0]["lr"]
         epoch_eta = duration(step_time * (self.steps_per_epoch - done))
         run_eta = self.clock.eta(done=self.epoch * self.steps_per_epoch + done)
+        decoded = self._cpu_decoded(self.train_loader, reasons=False)  # collective
         self.log.write("train", epoch=self.epoch, step=self.step, epoch_step=done,
                        samples_seen=self.samples_seen,
                        steps_per_epoch=self.steps_per_epoch, **stats, lr=lr, img_s=img_s,
                        img_s_per_proc=img_s / self.strategy.world_size,
                        data_time=data_time / steps, step_time=step_time,
-                       loss_scale=self.precision.loss_scale())
+                       loss_scale=self.precision.loss_scale(), **decoded)
         width = len(str(self.steps_per_epoch))
         self.log.print(
             f"Epoch [{self.epoch}][{done:>{width}}/{self.steps_per_epoch}]  "
             f"loss {stats['loss']:.4f}  top1 {stats['top1']:6.2f}  top5 {stats['top5']:6.2f}  "
             f"lr {lr:.4g}  img/s {img_s:.1f} ({img_s / self.strategy.world_size:.1f}/proc)  "
-            f"data {data_time / steps:.3f}s  step {step_time:.3f}s  ETA epoch {epoch_eta}, "
-            f"run {run_eta}")
+            f"data {data_time / steps:.3f}s  step {step_time:.3f}s  " + (
+                f"cpu-decoded {decoded['cpu_decoded']}  " if decoded else "") +
+            f"ETA epoch {epoch_eta}, run {run_eta}")
 
     def validate(self) -> Dict[str, float]:
         stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
                          self.criterion, self.strategy.all_reduce_sum)
+        decoded = self._cpu_decoded(self.val_loader)
         self.log.write("val", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats,
-                       skipped=self._skipped(self.val_loader))
+                       skipped=self._skipped(self.val_loader), **decoded)
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
                        f"({stats['count']} images, {stats['seconds']:.1f}s)" + (
                            "" if self.cfg.evaluate else
                            f"  best top1 {max(self.best_top1, stats['top1']):.3f}"))
+        self._say_cpu_decoded(decoded, "validation")
         return stats
 
     def validate_ema(self) -> Dict[str, float]:
@@ -414,6 +422,29 @@ class Trainer:
     def _skipped(self, loader) -> int:
         """Unreadable files met by all ranks in the loader's last pass (collective)."""
         return int(self._sum_over_ranks(loader.skipped))
+
+    def _cpu_decoded(self, loader, reasons: bool = True) -> Dict[str, object]:
+        """For a loader that decodes on the device (`fallbacks`: data/__init__.py): its images
+        of this pass so far that torchvision decoded on the CPU instead, summed over the ranks,
+        and with `reasons` their count per reason (collective). {} for the other loaders."""
+        fallbacks = getattr(loader, "fallbacks", None)
+        if fallbacks is None:
+            return {}
+        if not reasons:
+            return {"cpu_decoded": int(self._sum_over_ranks(sum(fallbacks.values())))}
+        every_rank = sum((Counter(ranks) for ranks in
+                          self.strategy.gather_objects(dict(fallbacks))), Counter())
+        return {"cpu_decoded": sum(every_rank.values()),
+                "cpu_decoded_reasons": dict(every_rank.most_common())}
+
+    def _say_cpu_decoded(self, decoded: Dict[str, object], split: str) -> None:
+        """One line when images of the pass were decoded on the CPU, not by --gpu-decoder
+        (`decoded`: _cpu_decoded's)."""
+        if decoded.get("cpu_decoded"):
+            why = "; ".join(f"{n} {reason}" for reason, n in
+                            decoded["cpu_decoded_reasons"].items())
+            self.log.print(f" * {decoded['cpu_decoded']} {split} images decoded on the CPU by "
+                           f"torchvision, not by --gpu-decoder {self.cfg.gpu_decoder}: {why}")
 
     def _on_stop_signal(self, signum, frame) -> None:
         # Only a flag: the step in flight finishes, then every rank stops at the same step.

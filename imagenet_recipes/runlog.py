@@ -15,13 +15,17 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
                  push_dtype and split
   kind="train"   every print interval: epoch, step (optimizer steps / server updates so far),
                  loss, top1, top5, count, lr, img_s (all processes), img_s_per_proc, data_time,
-                 step_time; the engine adds epoch_step, steps_per_epoch and loss_scale; the
+                 step_time; the engine adds epoch_step, steps_per_epoch and loss_scale, and
+                 with --data-backend gpu cpu_decoded (the pass's images so far that torchvision
+                 decoded on the CPU instead of the --gpu-decoder, all processes); the
                  parameter server adds mode and live_workers
   kind="train_epoch"  epoch, step, loss, top1, top5, count, img_s, img_s_per_proc, epoch_time,
-                 skipped
+                 skipped; with --data-backend gpu also cpu_decoded and cpu_decoded_reasons
+                 ({reason: images}, all processes)
   kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped (parameter
                  server: also train_elapsed, when the evaluated weights were taken; its
-                 stand-alone evaluator: checkpoint)
+                 stand-alone evaluator: checkpoint); cpu_decoded and cpu_decoded_reasons as
+                 train_epoch's
   kind="val_ema"  with --model-ema: the moving average's validation, the fields of "val"
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     last record (lifecycle.write_end_record): epoch, step, best_top1, reason
@@ -73,7 +77,7 @@ TB_SCALARS = {
     "val": ("eval", ("loss", "top1", "top5", "img_s")),
     "val_ema": ("eval_ema", ("loss", "top1", "top5")),
     "train": ("train", ("loss", "top1", "top5", "lr", "img_s", "img_s_per_proc", "data_time",
-                        "step_time", "loss_scale", "step")),
+                        "step_time", "loss_scale", "step", "cpu_decoded")),
     "train_epoch": ("train_epoch", ("loss", "top1", "top5", "img_s", "epoch_time")),
     "end": ("final", ("best_top1",)),
     # parameter server: one tag prefix per worker (worker1/compute_time, ...)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 # One compute thread in the test processes themselves too, as in every process they start (see
-# _env): two pytest workers with a thread per core each, beside the runs they start, leave
+# script_env): two pytest workers with a thread per core each, beside the runs they start, leave
 # OpenMP's threads waiting on each other, and an in-process training test ran 4-10x slower than
 # with one thread. Set before torch is imported, so that processes forked from here (mp.spawn,
 # loader workers) inherit it; a value the caller set is kept.
@@ -106,7 +106,8 @@ def unused_port(count: int = 1) -> int:
     raise RuntimeError(f"no {count} free consecutive ports below {lowest}")
 
 
-def _env() -> dict:
+def script_env() -> dict:
+    """The environment the tests start runs with."""
     env = dict(os.environ)
     # runs as a user of their own environment starts them, not through launch/env.sh (its own
     # test is in tests/test_env_sh.py)
@@ -125,7 +126,7 @@ def run_tool(tool: str, *args, timeout: int = 300,
     it (the package is installed in the environment: launch/env.sh, or pip install -e .)."""
     return subprocess.run([sys.executable, "-m", f"imagenet_recipes.bench.{tool}",
                            *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**_env(), **(env or {})})
+                          cwd=REPO, env={**script_env(), **(env or {})})
 
 
 LAB = REPO / "lab"
@@ -135,7 +136,7 @@ def run_lab(study: str, *args, timeout: int = 300) -> subprocess.CompletedProces
     """`python lab/<study>.py ARGS` from the repository root, as its docstring shows it: the
     lab's studies are scripts beside their records, outside the installed package."""
     return subprocess.run([sys.executable, str(LAB / f"{study}.py"), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=_env())
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=script_env())
 
 
 def lab_module(study: str) -> types.SimpleNamespace:
@@ -167,7 +168,7 @@ def traced(script: str, trace_dir: Path, delay_s: float = 0.0) -> Tuple[List[str
     hands each one out `delay_s` late). Prefix the argv with `python` or `torchrun ... `."""
     trace_dir.mkdir(parents=True, exist_ok=True)
     return ([str(TESTS / "sample_trace.py"), str(trace_dir), str(TRAIN / script)],
-            {**_env(), "SAMPLE_TRACE_DELAY_S": str(delay_s)})
+            {**script_env(), "SAMPLE_TRACE_DELAY_S": str(delay_s)})
 
 
 def traced_samples(trace_dir: Path, epoch: int = 0) -> List[int]:
@@ -182,7 +183,7 @@ def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequenc
     """Start a run in the background, stdout and stderr merged into one text pipe."""
     return subprocess.Popen(script_command(script, args, nproc, torchrun_args),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**_env(), **(env or {})}, cwd=REPO)
+                            env={**script_env(), **(env or {})}, cwd=REPO)
 
 
 def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
@@ -194,7 +195,7 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
     cmd = script_command(script, args, nproc)
     # Its own process group: the whole tree can be signalled at once.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**_env(), **(env or {})}, cwd=REPO, start_new_session=True)
+                            env={**script_env(), **(env or {})}, cwd=REPO, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 from torchvision.transforms.v2 import functional as TF
 
-from conftest import (LOADER_WORKERS, TINY, add_damaged_files, records, run_script, traced,
+from conftest import (LOADER_WORKERS, REPO, TESTS, TINY, TRAIN, add_damaged_files, records,
+                      run_script, script_env, traced,
                       traced_samples)
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import Shard, build_loaders, read_image_uint8
@@ -258,6 +259,9 @@ def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_pa
     epoch = records(tmp_path / "damaged", "train_epoch")[0]
     assert epoch["count"] == 70 and epoch["skipped"] == sum(not ok for ok in
                                                              train_damaged.values())
+    # none of the six is a plain JPEG: each went to the CPU decoder, counted, with its reason
+    assert epoch["cpu_decoded"] == len(train_damaged)
+    assert list(epoch["cpu_decoded_reasons"]) == [gpu_decode.NOT_PLAIN_JPEG]
     val = records(tmp_path / "damaged", "val")[0]
     assert val["count"] == 20 + sum(val_damaged.values())
     assert val["skipped"] == sum(not ok for ok in val_damaged.values())
@@ -287,3 +291,167 @@ def test_the_decoder_bounds_catch_a_crop_one_pixel_off_and_a_mirrored_one(tiny_i
     mirrored = agreement([x.flip(2) for x in ours], cut())
     assert not agrees(off), off
     assert not agrees(mirrored), mirrored
+
+
+# --- no silent fallback ---------------------------------------------------------------------------
+def _planted(mode: str, data, tmp_path, name: str) -> subprocess.CompletedProcess:
+    """train/nd.py --data-backend gpu --gpu-decoder nvimgcodec, with nvImageCodec's decoder
+    planted (tests/planted_decoder.py)."""
+    cmd = [sys.executable, str(TESTS / "planted_decoder.py"), mode, str(TRAIN / "nd.py"),
+           *map(str, TINY + ["-b", "8", "--epochs", "1", "--data-backend", "gpu",
+                             "--gpu-decoder", "nvimgcodec", "--logdir", tmp_path,
+                             "--run-name", name, data])]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env=script_env())
+
+
+@pytest.mark.slow
+def test_a_decoder_that_decodes_nothing_is_refused_at_start(tiny_imagefolder, tmp_path):
+    """nvImageCodec importing but decoding nothing (no nvJPEG, no hardware decoder): the run
+    stops before training with one line naming the cause and the fix, exit 2 (it used to train
+    to the end on the CPU without a word)."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    proc = _planted("nothing", tiny_imagefolder, tmp_path, "nothing")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "--gpu-decoder nvimgcodec decoded nothing" in errors[0]
+    assert "nvidia-nvimgcodec-cu13[nvjpeg]" in errors[0] and "--data-backend pytorch" in errors[0]
+    assert not (tmp_path / "nothing").exists() or not records(tmp_path / "nothing", "train")
+
+
+@pytest.mark.slow
+def test_images_a_decoder_refuses_are_counted_with_their_reason(tiny_imagefolder, tmp_path):
+    """The check at start passes, then the decoder refuses every third image: each goes to the
+    CPU decoder, and the count (with its reason) reaches the progress line, the JSONL records
+    and a line after the epoch; the batches stay whole."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    proc = _planted("every-third", tiny_imagefolder, tmp_path, "third")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 8 batches of 8 training images (positions 2 and 5 refused), 20 validation images in
+    # batches of 8, 8, 4 (positions 2, 5; 2, 5; 2)
+    epoch = records(tmp_path / "third", "train_epoch")[0]
+    assert epoch["count"] == 64 and epoch["cpu_decoded"] == 16
+    assert epoch["cpu_decoded_reasons"] == {"nvimgcodec: no image (its log says why)": 16}
+    val = records(tmp_path / "third", "val")[0]
+    assert val["count"] == 20 and val["cpu_decoded"] == 5
+    last = records(tmp_path / "third", "train")[-1]
+    assert last["cpu_decoded"] == 16
+    assert "cpu-decoded 16" in proc.stdout
+    assert "16 training images decoded on the CPU by torchvision, not by --gpu-decoder " \
+           "nvimgcodec" in proc.stdout
+
+
+def test_out_of_memory_and_cuda_errors_are_raised_not_decoded_on_the_cpu(monkeypatch):
+    """A file's own error is a refusal (decoded on the CPU, counted); the device's is raised."""
+    pytest.importorskip("torchcodec")
+    from imagenet_recipes.data import jpeg_decoders
+
+    decoder = jpeg_decoders.make_decoder("torchcodec", CPU)
+    files = [torch.zeros(4, dtype=torch.uint8)] * 3
+
+    def fails_with(err):
+        def decode_jpeg(data, device):
+            if isinstance(data, list) or int(data.sum()) == 0:
+                raise err
+            return torch.zeros((3, 2, 2), dtype=torch.uint8)
+        return decode_jpeg
+
+    for err in (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                RuntimeError("CUDA error: an illegal memory access was encountered"),
+                RuntimeError("nvjpegDecodeJpegDevice failed with status: 6")):
+        monkeypatch.setattr(decoder, "decode_jpeg", fails_with(err))
+        with pytest.raises(type(err)):
+            decoder(files, [None] * 3)
+    # a damaged file among good ones: refused with TorchCodec's reason, the rest decoded
+    monkeypatch.setattr(decoder, "decode_jpeg", fails_with(RuntimeError("Not a JPEG file")))
+    good = torch.ones(4, dtype=torch.uint8)
+    out = decoder([good, files[0], good], [None] * 3)
+    assert isinstance(out[1], jpeg_decoders.Refused) and "Not a JPEG file" in out[1].reason
+    assert out[0].shape == out[2].shape == (3, 2, 2)
+    # every file of a batch refused alone: not the files' fault
+    with pytest.raises(RuntimeError, match="decoded none of the 3 JPEGs"):
+        decoder(files, [None] * 3)
+
+
+@pytest.mark.parametrize("name", list(DECODER_MODULES))
+def test_the_check_at_start_decodes_a_known_jpeg_where_the_run_decodes(name):
+    pytest.importorskip(DECODER_MODULES[name])
+    from imagenet_recipes.data.jpeg_decoders import probe_decoder
+
+    line = probe_decoder(name, CPU)
+    assert line.startswith(f"{name}: decodes on the CPU") and "0.00 levels" in line
+
+
+def test_the_decoders_are_built_as_dali_builds_its_own(monkeypatch):
+    """nvImageCodec's decoder gets the rank's share of the cores as CPU threads (not every core
+    for each decoder), buffers preallocated for the batch size, the hardware decoder's share
+    from --gpu-hw-decoder-load and no CPU backend on a GPU; one decoder per rank."""
+    from types import SimpleNamespace
+
+    from imagenet_recipes.data import gpu_decode, jpeg_decoders
+
+    built = []
+
+    class Backend:
+        def __init__(self, kind, load_hint=None):
+            self.kind, self.load_hint = kind, load_hint
+
+    def decoder(**kwargs):
+        built.append(kwargs)
+        return SimpleNamespace()
+
+    kinds = SimpleNamespace(HW_GPU_ONLY="hw", GPU_ONLY="gpu", HYBRID_CPU_GPU="hybrid",
+                            CPU_ONLY="cpu")
+    fake = SimpleNamespace(Decoder=decoder, Backend=Backend, BackendKind=kinds,
+                           NVIMGCODEC_DEVICE_CPU_ONLY=-99999)
+    monkeypatch.setattr(jpeg_decoders, "import_nvimgcodec", lambda: fake)
+    settings = jpeg_decoders.DecoderSettings(threads=2, batch_size=208, hw_load=0.9)
+    jpeg_decoders.make_decoder("nvimgcodec", torch.device("cuda", 3), settings)
+    gpu = built.pop()
+    assert gpu["device_id"] == 3 and gpu["max_num_cpu_threads"] == 2
+    assert set(gpu["options"].split()) == {
+        ":fancy_upsampling=1", "nvjpeg_cuda_decoder:preallocate_buffers=1",
+        "nvjpeg_hw_decoder:preallocate_batch_size=208"}
+    assert [(b.kind, b.load_hint) for b in gpu["backends"]] == [
+        ("hw", 0.9), ("gpu", None), ("hybrid", None)]
+    jpeg_decoders.make_decoder("nvimgcodec", CPU, settings)
+    cpu = built.pop()
+    assert cpu["device_id"] == -99999 and cpu["max_num_cpu_threads"] == 2
+    assert [b.kind for b in cpu["backends"]] == ["cpu"]
+
+    # What the backend builds: 8 ranks of a 16-core node, -b 208, --gpu-hw-decoder-load 0.9
+    seen = []
+    monkeypatch.setattr(gpu_decode, "make_decoder",
+                        lambda name, device, s: seen.append((name, s)) or SimpleNamespace())
+    monkeypatch.setattr(gpu_decode, "check_decoder", lambda decode, device: "checked")
+    monkeypatch.setattr(gpu_decode, "cores_per_process", lambda local_world: 16 // local_world)
+    cfg = parse_args(["-a", "resnet50", "-b", "208", "-j", "0", "--data-backend", "gpu",
+                      "--gpu-decoder", "nvimgcodec", "--gpu-hw-decoder-load", "0.9",
+                      "/nonexistent"], entry="nd")
+    with pytest.raises(UsageError, match="does not exist"):  # after the decoder is made
+        gpu_decode.build(cfg, Shard(0, 8, local_world_size=8), CPU)
+    assert seen == [("nvimgcodec", jpeg_decoders.DecoderSettings(threads=2, batch_size=208,
+                                                                 hw_load=0.9))]
+    with pytest.raises(UsageError, match="--gpu-hw-decoder-load is a share"):
+        parse_args(["--data-backend", "gpu", "--gpu-hw-decoder-load", "1.5", "/x"], entry="nd")
+
+
+def test_region_decoding_in_the_workers_says_once_when_nvimgcodec_is_missing(
+        tiny_imagefolder, monkeypatch, capsys):
+    """Without nvImageCodec the pytorch backend's workers decode whole images (slower, same
+    samples): one line says so, once per process, on the main rank."""
+    from imagenet_recipes.data import folders
+
+    monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)
+    monkeypatch.setattr(folders, "_told_whole_decoding", False)
+    for _ in range(2):
+        train, val, _ = build_loaders(_cfg(tiny_imagefolder, "pytorch"), Shard(), CPU)
+        train.close()
+        val.close()
+    said = [line for line in capsys.readouterr().out.splitlines() if "nvImageCodec" in line]
+    assert len(said) == 1 and "decode whole images" in said[0], said
+    assert "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'" in said[0]
+    train, val, _ = build_loaders(_cfg(tiny_imagefolder, "pytorch"), Shard(1, 2, is_main=False),
+                                  CPU)
+    assert not capsys.readouterr().out

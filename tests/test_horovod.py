@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, TINY, TRAIN, _env, assert_resume_is_exact, first_conv_weight,
+from conftest import (REPO, TINY, TRAIN, script_env, assert_resume_is_exact, first_conv_weight,
                       records, run_script)
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -24,7 +24,7 @@ def run_hvd(args, nproc: int = 2, timeout: int = 600) -> subprocess.CompletedPro
     horovodrun = Path(sys.executable).parent / "horovodrun"
     cmd = [str(horovodrun), "-np", str(nproc), "--gloo", sys.executable, str(TRAIN / "hvd.py"),
            *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(),
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=script_env(),
                           cwd=REPO)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -98,7 +98,7 @@ def test_horovod_o2_reduces_half_gradients_during_backward(tmp_path):
     horovodrun = Path(sys.executable).parent / "horovodrun"
     proc = subprocess.run([str(horovodrun), "-np", "2", "--gloo", sys.executable,
                            str(REPO / "tests" / "horovod_o2_probe.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env=_env(), cwd=REPO)
+                          capture_output=True, text=True, timeout=300, env=script_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:

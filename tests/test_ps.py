@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TINY, TRAIN, _env, records,
+from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TINY, TRAIN, script_env, records,
                       run_script, traced, traced_samples, unused_port)
 
 from imagenet_recipes.data import ShardedSampler
@@ -184,7 +184,7 @@ def _start_ranks(args, world, tmp_path, trace_dir=None, sample_delay_s=0.0):
     would stop everyone when one exits); with `trace_dir`, their samples traced (and each
     handed out `sample_delay_s` late)."""
     port = unused_port()
-    script, env = ([str(TRAIN / "ps.py")], _env()) if trace_dir is None else traced(
+    script, env = ([str(TRAIN / "ps.py")], script_env()) if trace_dir is None else traced(
         "ps.py", trace_dir, sample_delay_s)
     procs = []
     for rank in range(world):

@@ -578,7 +578,7 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
 
     calls = []
 
-    def note(share, backend, workers, cores, device_type, gpu_decoder):
+    def note(share, backend, workers, cores, device_type, gpu_decoder, cpu_decoded=0):
         calls.append((share, backend, workers, cores, device_type, gpu_decoder))
         return "note: waited"
 

@@ -19,6 +19,8 @@ Every backend yields the same thing to the engine: `(images, targets)` already o
 images as normalised float32 NCHW (channels_last when asked), targets as int64; and every loader
 has `set_epoch(epoch, start_sample)` (start_sample: global samples of the epoch already done),
 `len()`, `num_samples` (this rank's share), `skipped` (unreadable files met in the last pass),
+`fallbacks` (where a backend decodes on the device: a Counter of this pass's images decoded on
+the CPU instead, by reason; absent elsewhere),
 `workers` (what -j gave it: loader processes, DALI threads; 0 for synthetic data),
 `state_dict()` / `load_state_dict()` (this rank's augmentation random state where the sampler's
 position alone does not restore it, else None; the engine keeps one per rank in the

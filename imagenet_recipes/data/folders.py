@@ -18,7 +18,7 @@ from torchvision.transforms import v2
 
 from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_transform
-from .jpeg_decoders import CropRegionReader
+from .jpeg_decoders import NVIMGCODEC_PIP, CropRegionReader
 
 
 def read_image_uint8(path: str) -> torch.Tensor:
@@ -114,6 +114,20 @@ def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
     images = torch.stack([img for img, _, _ in good])
     targets = torch.tensor([t for _, t, _ in good], dtype=torch.int64)
     return images, targets, skipped
+
+
+_told_whole_decoding = False  # the line below, once per process
+
+
+def say_if_whole_decoding(train_set: ImageFolderUint8) -> None:
+    """One line, once, when training decodes whole images because nvImageCodec is missing."""
+    global _told_whole_decoding
+    if train_set.decode_regions or _told_whole_decoding:
+        return
+    _told_whole_decoding = True
+    print(f"note: nvImageCodec is not installed: the loader workers decode whole images "
+          f"instead of each crop's region (the same samples, about 1.2x slower per worker); "
+          f"{NVIMGCODEC_PIP}", flush=True)
 
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png", ".bmp", ".webp", ".tif", ".tiff"}

@@ -41,7 +41,9 @@ Not done here: --auto-augment and --random-erase (refused, with the backends tha
 from __future__ import annotations
 
 import io
+import math
 import warnings
+from collections import Counter
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -52,12 +54,13 @@ from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
 from ..config import TrainConfig, UsageError
+from ..machine import cores_per_process
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
-from .jpeg_decoders import make_decoder
+from .jpeg_decoders import DecoderSettings, Refused, check_decoder, make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
-from .prefetch import prepared_ahead
+from .prefetch import PreparedAhead
 from .sampling import SampleKey, Shard, ShardedSampler, train_sampling
 
 _EXIF_ORIENTATION = 0x0112
@@ -66,6 +69,8 @@ _TAIL_BYTES = 1024  # JPEGs written by some cameras carry a few bytes after thei
 # Rows of one canvas strip (roi_align's coordinates are float32: a strip this high keeps a
 # sample position within 1/2000 of a pixel); a box taller than this gets a strip of its own.
 _STRIP_ROWS = 4096
+# Why a file went to the CPU decoder without the batched decoder seeing it (read_header)
+NOT_PLAIN_JPEG = "not a plain JPEG (grayscale, CMYK, EXIF-rotated, cut short or not a JPEG)"
 
 
 def refuse_unsupported(cfg: TrainConfig) -> None:
@@ -204,6 +209,20 @@ def val_box(height: int, width: int, resize: int, crop: int) -> Tuple[float, ...
     return left * sx, top * sy, (left + crop) * sx, (top + crop) * sy
 
 
+def val_region(height: int, width: int, box: Tuple[float, ...]
+               ) -> Tuple[Tuple[int, int, int, int], Tuple[float, ...]]:
+    """The pixels validation's `box` (val_box) reads, and the box inside them: roi_align's
+    samples lie within the box shifted by half a pixel, and each reads its two neighbours, so
+    these rows and columns (the image's edge where the box reaches it) are all it touches.
+    -> ((top, left, height, width), (x1, y1, x2, y2) relative to that region)."""
+    x1, y1, x2, y2 = box
+    left, top = max(0, math.floor(x1 - 0.5)), max(0, math.floor(y1 - 0.5))
+    right = min(width - 1, math.ceil(x2 - 0.5))
+    bottom = min(height - 1, math.ceil(y2 - 0.5))
+    return ((top, left, bottom - top + 1, right - left + 1),
+            (x1 - left, y1 - top, x2 - left, y2 - top))
+
+
 def strip_layout(rows: Sequence[int]) -> Tuple[List[Tuple[int, int]], int, int]:
     """Blocks of `rows` rows stacked into strips of at most _STRIP_ROWS rows (a taller block
     gets a strip of its own). -> ((strip, first row) of each block, strips, rows per strip)."""
@@ -265,18 +284,50 @@ def pack_regions(images: Sequence[torch.Tensor], regions: Sequence[Tuple[int, in
     return canvas, [(strip, first + 1) for strip, first in places]
 
 
+# The most canvas pixels one roi_align call gets (float32, 3 channels: 12 bytes each, plus an
+# int64 index per pixel while it is built): about 400 MB + 270 MB. A region larger than this
+# gets a call of its own.
+_CALL_PIXELS = 1 << 25
+
+
+def resample_groups(regions: Sequence[Tuple[int, int, int, int]]) -> List[List[int]]:
+    """The batch's samples split into roi_align calls whose canvas stays within a small multiple
+    of their regions' own pixels: a canvas is as wide as its widest region, so each call takes
+    regions of at most twice the narrowest one's width (widest first), and at most
+    _CALL_PIXELS of canvas. One 2,500 px crop among 255 small ones gets a call of its own
+    instead of widening all of them. -> sample indices per call."""
+    order = sorted(range(len(regions)), key=lambda i: -regions[i][3])
+    groups: List[List[int]] = []
+    rows = cols = 0
+    for i in order:
+        _, _, height, width = regions[i]
+        if groups and cols <= 2 * (width + 1) and (rows + height + 2) * cols <= _CALL_PIXELS:
+            groups[-1].append(i)
+            rows += height + 2
+        else:
+            groups.append([i])
+            rows, cols = height + 2, width + 1
+    return groups
+
+
 def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> torch.Tensor:
-    """Each sample's box resampled to size x size and flipped where drawn: one roi_align for the
-    whole batch. -> float32 (N, 3, size, size) in 0..255."""
-    canvas, places = pack_regions([s.image for s in samples], [s.region for s in samples],
-                                  device)
-    boxes = torch.tensor([[strip, x1, first + y1, x2, first + y2]
-                          for (strip, first), (x1, y1, x2, y2) in
-                          zip(places, (s.box for s in samples))], dtype=torch.float32)
-    # aligned=True: pixel centres at +0.5, as torch's interpolate (align_corners=False) has
-    # them; sampling_ratio=-1: ceil(box / size) samples per output pixel (see the docstring)
-    out = roi_align(canvas, boxes.to(device), output_size=(size, size), spatial_scale=1.0,
-                    sampling_ratio=-1, aligned=True)
+    """Each sample's box resampled to size x size and flipped where drawn: one roi_align per
+    group of regions of similar widths (resample_groups; one for a batch of ImageNet's crops).
+    -> float32 (N, 3, size, size) in 0..255."""
+    out = torch.empty((len(samples), 3, size, size), dtype=torch.float32, device=device)
+    for group in resample_groups([s.region for s in samples]):
+        members = [samples[i] for i in group]
+        canvas, places = pack_regions([s.image for s in members], [s.region for s in members],
+                                      device)
+        boxes = torch.tensor([[strip, x1, first + y1, x2, first + y2]
+                              for (strip, first), (x1, y1, x2, y2) in
+                              zip(places, (s.box for s in members))], dtype=torch.float32)
+        # aligned=True: pixel centres at +0.5, as torch's interpolate (align_corners=False)
+        # has them; sampling_ratio=-1: ceil(box / size) samples per output pixel (docstring)
+        resampled = roi_align(canvas, boxes.to(device), output_size=(size, size),
+                              spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+        del canvas  # before the next group's
+        out[torch.tensor(group, device=device)] = resampled
     flips = torch.tensor([s.flip for s in samples], device=device).view(-1, 1, 1, 1)
     return torch.where(flips, out.flip(3), out)
 
@@ -284,44 +335,62 @@ def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> 
 class BatchDecoder:
     """Decodes an EncodedBatch in the training process: the batched decoder's files in one call
     on `device` (only each training crop's region where the decoder can), the rest (and what
-    it refuses) on the CPU as the `pytorch` backend does."""
+    it refuses) on the CPU as the `pytorch` backend does, each counted in `fallbacks` with its
+    reason."""
 
     def __init__(self, dataset: EncodedImages, device: torch.device,
-                 val_resize_crop: Tuple[int, int], decoder: str = "torchcodec"):
+                 val_resize_crop: Tuple[int, int], decode):
         """`val_resize_crop`: validation's (resize, crop), for a dataset without a CropDraw;
-        `decoder`: the --gpu-decoder (jpeg_decoders.py)."""
-        self.decode = make_decoder(decoder, device)
+        `decode`: the --gpu-decoder (jpeg_decoders.make_decoder)."""
+        self.decode = decode
         self.dataset, self.device, self.val_resize_crop = dataset, device, val_resize_crop
         self.draw = dataset.draw
         self.train = self.draw is not None
+        # images of the current pass the batched decoder did not decode, by reason
+        self.fallbacks: Counter = Counter()
 
     def __call__(self, batch: EncodedBatch) -> Tuple[List[Decoded], int]:
         """-> (the decoded samples, files found unreadable)."""
         encoded = batch.data.split(batch.lengths)
         batched = [i for i, s in enumerate(batch.samples) if s.batched]
-        # a training crop's region, where the decoder decodes regions; whole images otherwise
-        cropped = self.train and self.decode.crops
+        # the pixels each sample uses, where the decoder decodes regions; whole images otherwise
+        cropped = self.decode.crops
         images = iter(self.decode([encoded[i] for i in batched],
-                                  [batch.samples[i].box if cropped else None for i in batched]))
+                                  [self._used_pixels(batch.samples[i])[0] if cropped else None
+                                   for i in batched]))
         decoded, unreadable = [], 0
         for sample, data in zip(batch.samples, encoded):
-            image = next(images) if sample.batched else None
-            if image is not None and cropped:  # the decoded pixels are the crop's region
-                item, skipped = self._whole_region(sample, image), 0
+            image = next(images) if sample.batched else Refused(NOT_PLAIN_JPEG)
+            if isinstance(image, Refused):
+                self.fallbacks[image.reason] += 1
+                image = self._decode_on_cpu(data, sample.index)
+                item, skipped = self._place(sample, image)
+            elif cropped:  # the decoded pixels are the region the sample uses
+                item, skipped = self._as_decoded(sample, image), 0
             else:
-                if image is None:
-                    image = self._decode_on_cpu(data, sample.index)
                 item, skipped = self._place(sample, image)
             unreadable += skipped
             if item is not None:
                 decoded.append(item)
         return decoded, unreadable
 
-    def _whole_region(self, sample: EncodedSample, region: torch.Tensor) -> Decoded:
-        """A sample decoded as its crop's region alone: all of it is resampled."""
+    def _used_pixels(self, sample: EncodedSample, height: int = 0, width: int = 0
+                     ) -> Tuple[Tuple[int, int, int, int], Tuple[float, ...]]:
+        """-> (the region of the image the sample resamples, its box inside that region), for
+        an image of the header's size (or height x width): training's crop box, validation's
+        resize-and-centre-crop."""
+        height, width = height or sample.height, width or sample.width
+        if self.train:
+            top, left, h, w = sample.box
+            return sample.box, (0.0, 0.0, float(w), float(h))
+        return val_region(height, width, val_box(height, width, *self.val_resize_crop))
+
+    def _as_decoded(self, sample: EncodedSample, region: torch.Tensor) -> Decoded:
+        """A sample decoded as its region alone: all of it goes on the canvas."""
         height, width = region.shape[1:]
-        return Decoded(region.to(self.device), sample.target, (0, 0, height, width),
-                       (0.0, 0.0, float(width), float(height)), sample.flip)
+        _, box = self._used_pixels(sample)
+        return Decoded(region.to(self.device), sample.target, (0, 0, height, width), box,
+                       sample.flip)
 
     def _decode_on_cpu(self, data: torch.Tensor, index: int) -> Optional[torch.Tensor]:
         """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes); None when it
@@ -343,8 +412,7 @@ class BatchDecoder:
             image, target, unreadable = self.dataset.decode_replacement(sample.index)
         height, width = image.shape[1:]
         if not self.train:
-            region = (0, 0, height, width)
-            box = val_box(height, width, *self.val_resize_crop)
+            region, box = self._used_pixels(sample, height, width)
             return Decoded(image.to(self.device), target, region, box, False), unreadable
         region, flip = sample.box, sample.flip
         if unreadable or not sample.batched or (height, width) != (sample.height, sample.width):
@@ -361,17 +429,26 @@ class GpuDecodeLoader(SampledLoader):
         super().__init__(loader, sampler, device, channels_last)
         self.decoder = decoder
         self.size = size  # output size (training: unless the epoch's key says otherwise)
+        self.fallbacks = decoder.fallbacks  # this pass's images decoded on the CPU, by reason
+        self.batches: Optional[PreparedAhead] = None  # the pass being read
+        # One side stream for the loader's life: the caching allocator keeps freed blocks per
+        # stream, so a stream per pass would keep each dead pass's memory reserved
+        self.side_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     # Batches decoded ahead of the step, in a thread of their own (prefetch.py); 0: in the
     # training thread, when asked for
     ahead = 2
 
     def __iter__(self):
+        self._end_pass()
         self.skipped = 0
+        self.fallbacks.clear()
         crop = self.sampler.crop_of_epoch(self.sampler.epoch) if self.sampler.crop_of_epoch \
             else None
-        return prepared_ahead(self.loader, lambda batch: self._prepare(batch, crop or self.size),
-                              self.device, self.ahead)
+        self.batches = PreparedAhead(self.loader,
+                                     lambda batch: self._prepare(batch, crop or self.size),
+                                     self.device, self.ahead, self.side_stream)
+        return self.batches
 
     def _prepare(self, batch: EncodedBatch, size: int) -> Optional[Tuple[torch.Tensor, ...]]:
         """The device batch of an EncodedBatch: (normalised images, targets); None for a
@@ -384,10 +461,29 @@ class GpuDecodeLoader(SampledLoader):
         targets = torch.tensor([s.target for s in samples], dtype=torch.int64)
         return self.normalize(images), targets.to(self.device, non_blocking=True)
 
+    def _end_pass(self) -> None:
+        if self.batches is not None:
+            self.batches.close()  # its thread joined: nothing reads the DataLoader any more
+            self.batches = None
+
+    def close(self) -> None:
+        """The pass's thread first (it may be inside the DataLoader's next()), then the
+        workers it reads from."""
+        self._end_pass()
+        super().close()
+
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     refuse_unsupported(cfg)
-    make_decoder(cfg.gpu_decoder, device)  # a decoder that cannot load fails before any worker
+    # One decoder per rank, shared by its training and validation loaders (they never decode
+    # at once), built as DALI builds its own, and checked on a known JPEG before any worker
+    # starts: a decoder that cannot decode on the device is refused here (exit 2).
+    settings = DecoderSettings(threads=cores_per_process(shard.local_world_size),
+                               batch_size=cfg.batch_size, hw_load=cfg.gpu_hw_decoder_load)
+    decode = make_decoder(cfg.gpu_decoder, device, settings)
+    checked = check_decoder(decode, device)
+    if shard.is_main:
+        print(f"=> --gpu-decoder {checked}", flush=True)
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
@@ -406,7 +502,7 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
                             num_workers=workers, collate_fn=collate_encoded, drop_last=train,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
-        decoder = BatchDecoder(dataset, device, val_resize_crop, cfg.gpu_decoder)
+        decoder = BatchDecoder(dataset, device, val_resize_crop, decode)
         size = cfg.image_size if train else val_resize_crop[1]
         return GpuDecodeLoader(loader, sampler, decoder, size, device, cfg.channels_last)
 

@@ -1,27 +1,37 @@
 """The batched JPEG decoders of `--data-backend gpu` (--gpu-decoder), behind one call:
 
-    decoder(files, regions) -> one uint8 CHW image (or None: refused) per file, on the device
+    decoder(files, regions) -> per file, a uint8 CHW image on the device, or Refused(reason)
 
 where `regions` gives, per file, the (top, left, height, width) of the pixels that will be used,
 or None for the whole image. A decoder with `crops = True` returns just those pixels; the
-others return whole images and leave the cutting to the caller.
+others return whole images and leave the cutting to the caller. A file a decoder refuses is
+decoded by torchvision on the CPU by the caller, which counts it with its reason (the progress
+line, the JSONL log): a "GPU decoding" run never decodes on the CPU unseen. What is not a
+file's fault (out of memory, a CUDA error, a decoder that decodes nothing) is raised, never
+turned into CPU decoding; `probe_decoder` refuses at start a decoder that cannot decode a known
+JPEG on the run's device.
 
     torchcodec  TorchCodec's decode_jpeg: nvJPEG's CUDA decoder on a GPU, libjpeg-turbo on the
                 CPU; whole images. Each call ends with a host synchronisation on the calling
-                thread's current stream (its DecodeJpegCuda.cpp).
+                thread's current stream (its DecodeJpegCuda.cpp). Its nvJPEG handle is made
+                with nvJPEG's default flags (TorchCodec 0.17), so on a GPU the chroma is
+                repeated, not interpolated: its pixels differ from libjpeg-turbo's by several
+                levels (6.2 on average measured for repeated chroma on a CPU), which the GPU
+                tier measures and reports rather than bounds. No setting of TorchCodec changes
+                it.
     nvimgcodec  NVIDIA nvImageCodec, the library DALI decodes with: one batched call, only each
                 training crop's region decoded (`CodeStream.get_sub_code_stream(region=...)`:
                 the blocks outside it are entropy-decoded and skipped, never transformed). On a
-                GPU its hardware JPEG decoder (A100, H100, H200) takes HW_LOAD of each batch and
-                the CUDA ("hybrid") decoder the rest; the output is read through
-                `__cuda_array_interface__`, no copy. Without a GPU: libjpeg-turbo on the CPU,
-                through the same calls (a decoder made with NVIMGCODEC_DEVICE_CPU_ONLY and the
-                CPU backend alone; the default device fails there with "CUDA Runtime failure
-                #35"), so the CPU runs this path for real.
-
-Both upsample chroma by interpolation ("fancy" upsampling, libjpeg-turbo's default), so their
-pixels stay within a little of the `pytorch` backend's (tests/test_gpu_decode.py); on a CPU
-nvImageCodec's are libjpeg-turbo's exactly, regions included.
+                GPU its hardware JPEG decoder (A100, H100, H200) takes --gpu-hw-decoder-load of
+                each batch and the CUDA decoders the rest, with chroma interpolated ("fancy"
+                upsampling, libjpeg-turbo's default), built as DALI builds its decoder (CPU
+                threads from the rank's share of the cores, buffers preallocated for the batch
+                size); the output is read through `__cuda_array_interface__`, no copy. It has no
+                CPU backend on a GPU run: what its GPU decoders refuse comes back refused.
+                Without a GPU: libjpeg-turbo on the CPU, through the same calls (a decoder made
+                with NVIMGCODEC_DEVICE_CPU_ONLY and the CPU backend alone; the default device
+                fails there with "CUDA Runtime failure #35"), so the CPU runs this path for
+                real; its pixels are libjpeg-turbo's exactly, regions included.
 
 The hardware decoder writes its output when the call is made, not in the order of the stream
 it is given (torchcodec#1634, pytorch/vision#9606: corrupted images on an H100): the nvImageCodec
@@ -30,7 +40,9 @@ into is still being read.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+import io
+from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -40,10 +52,29 @@ GPU_DECODERS = ("torchcodec", "nvimgcodec")
 TORCHCODEC_PIP = "pip install torchcodec"
 NVIMGCODEC_PIP = "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'"
 # The hardware decoder's share of each batch: DALI's own default for its mixed decoder
-# (hw_decoder_load 0.65 in nvidia.dali.fn.decoders.image); the CUDA decoder takes the rest.
+# (hw_decoder_load 0.65 in nvidia.dali.fn.decoders.image since DALI 2.2); the CUDA decoder takes
+# the rest. --gpu-hw-decoder-load sets it.
 HW_LOAD = 0.65
 
 Region = Tuple[int, int, int, int]  # (top, left, height, width)
+
+
+class Refused(NamedTuple):
+    """A file the decoder did not decode, and why (decoded on the CPU by the caller)."""
+    reason: str
+
+
+Decoded = Union[torch.Tensor, Refused]
+
+
+@dataclass(frozen=True)
+class DecoderSettings:
+    """How a decoder is built, as DALI builds its own: `threads` CPU threads (the rank's share of
+    the cores: with 8 ranks on 16 cores, 2 each, not every core for each of them), buffers for
+    `batch_size` images, the hardware decoder's share `hw_load` of each batch."""
+    threads: int = 1
+    batch_size: int = 1
+    hw_load: float = HW_LOAD
 
 
 def import_nvimgcodec():
@@ -54,15 +85,35 @@ def import_nvimgcodec():
     return importlib.import_module("nvidia.nvimgcodec")
 
 
-def make_decoder(name: str, device: torch.device):
+def make_decoder(name: str, device: torch.device, settings: DecoderSettings = DecoderSettings()):
     """The --gpu-decoder `name` for a run on `device`, or a UsageError saying what to install."""
-    return {"torchcodec": TorchCodecDecoder, "nvimgcodec": NvImageCodecDecoder}[name](device)
+    return {"torchcodec": TorchCodecDecoder, "nvimgcodec": NvImageCodecDecoder}[name](
+        device, settings)
+
+
+def is_device_failure(err: BaseException) -> bool:
+    """An error that is not one file's fault: out of memory or a CUDA error (the device, the
+    driver or a kernel failed). These are raised; a file's own error is a refusal."""
+    accelerator_error = getattr(torch, "AcceleratorError", ())  # torch >= 2.8
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+            accelerator_error and isinstance(err, accelerator_error)):
+        return True
+    text = str(err)
+    # nvJPEG's statuses that are not about the bitstream (nvjpeg.h): 5 allocator failure,
+    # 6 execution failed, 7 architecture mismatch, 8 internal error; and the CUDA runtime's own
+    return any(mark in text for mark in ("CUDA error", "out of memory", "status: 5",
+                                         "status: 6", "status: 7", "status: 8"))
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
 
 
 class TorchCodecDecoder:
     crops = False
+    name = "torchcodec"
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, settings: DecoderSettings = DecoderSettings()):
         try:
             from torchcodec.decoders import decode_jpeg
         except (ImportError, OSError, RuntimeError) as err:  # missing, or its libraries fail
@@ -71,31 +122,41 @@ class TorchCodecDecoder:
                              f"{torch.__version__}; see TorchCodec's compatibility table)"
                              ) from None
         self.decode_jpeg = decode_jpeg
-        # nvJPEG on the run's GPU; libjpeg-turbo on a CPU run
+        # nvJPEG on the run's GPU; libjpeg-turbo on a CPU run. TorchCodec takes no thread count
+        # or preallocation: `settings` does not apply.
         self.device = device if device.type == "cuda" else torch.device("cpu")
 
     def __call__(self, files: Sequence[torch.Tensor], regions: Sequence[Optional[Region]]
-                 ) -> List[Optional[torch.Tensor]]:
-        """One call for the batch; if it fails, one call per file, to find those it refuses."""
+                 ) -> List[Decoded]:
+        """One call for the batch; if a file fails it, one call per file, to find those it
+        refuses. A device failure is raised, as is a batch whose every file fails alone."""
         if not files:
             return []
         try:
             return list(self.decode_jpeg(list(files), device=self.device))
-        except Exception:  # one bad file fails the whole call
-            pass
-        images = []
+        except Exception as err:  # one bad file fails the whole call
+            if is_device_failure(err):
+                raise
+        images: List[Decoded] = []
         for data in files:
             try:
                 images.append(self.decode_jpeg(data, device=self.device))
-            except Exception:
-                images.append(None)
+            except Exception as err:
+                if is_device_failure(err):
+                    raise
+                images.append(Refused(f"torchcodec: {first_line(err)}"))
+        if len(images) > 1 and all(isinstance(image, Refused) for image in images):
+            raise RuntimeError(f"TorchCodec decoded none of the {len(images)} JPEGs of a batch "
+                               f"on {self.device} ({images[0].reason}): not one file's fault")
         return images
 
 
 class NvImageCodecDecoder:
     crops = True
+    name = "nvimgcodec"
 
-    def __init__(self, device: torch.device, fancy_upsampling: bool = True):
+    def __init__(self, device: torch.device, settings: DecoderSettings = DecoderSettings(),
+                 fancy_upsampling: bool = True):
         """fancy_upsampling False: chroma repeated, not interpolated (DALI's default); for
         measuring what the interpolation buys (the GPU tier's decode group)."""
         try:
@@ -106,20 +167,28 @@ class NvImageCodecDecoder:
         self.nvimgcodec, self.device = nvimgcodec, device
         kind = nvimgcodec.BackendKind
         # fancy_upsampling=1: interpolated chroma, as libjpeg-turbo (the CPU decoders) does
-        options = f":fancy_upsampling={int(fancy_upsampling)}"
+        options = [f":fancy_upsampling={int(fancy_upsampling)}"]
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
+            # DALI's own decoder options (its image_decoder.h): the CUDA decoder's buffers made
+            # at once, the hardware decoder's for the batch size
+            options += ["nvjpeg_cuda_decoder:preallocate_buffers=1",
+                        f"nvjpeg_hw_decoder:preallocate_batch_size={max(1, settings.batch_size)}"]
             self.decoder = nvimgcodec.Decoder(
-                device_id=index, options=options,
-                backends=[nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=HW_LOAD),
+                device_id=index, max_num_cpu_threads=max(1, settings.threads),
+                options=" ".join(options),
+                # no CPU backend: what the GPU's decoders refuse comes back refused, counted
+                backends=[nvimgcodec.Backend(kind.HW_GPU_ONLY, load_hint=settings.hw_load),
+                          nvimgcodec.Backend(kind.GPU_ONLY),
                           nvimgcodec.Backend(kind.HYBRID_CPU_GPU)])
         else:
             self.decoder = nvimgcodec.Decoder(
-                device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, options=options,
+                device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY,
+                max_num_cpu_threads=max(1, settings.threads), options=" ".join(options),
                 backends=[nvimgcodec.Backend(kind.CPU_ONLY)])
 
     def __call__(self, files: Sequence[torch.Tensor], regions: Sequence[Optional[Region]]
-                 ) -> List[Optional[torch.Tensor]]:
+                 ) -> List[Decoded]:
         if not files:
             return []
         codec = self.nvimgcodec
@@ -131,18 +200,95 @@ class NvImageCodecDecoder:
                 stream = stream.get_sub_code_stream(
                     region=codec.Region(top, left, top + height, left + width))
             streams.append(stream)
+        refused = Refused("nvimgcodec: no image (its log says why)")
         if self.device.type == "cuda":
             cuda_stream = torch.cuda.current_stream(self.device)
             cuda_stream.synchronize()  # the hardware decoder ignores stream order (docstring)
             images = self.decoder.decode(streams, cuda_stream=cuda_stream.cuda_stream)
             # HWC uint8 on the device, no copy; CHW is a view of it
-            return [None if image is None else
+            return [refused if image is None else
                     torch.as_tensor(image, device=self.device).permute(2, 0, 1)
                     for image in images]
         import numpy as np
 
-        return [None if image is None else torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
+        return [refused if image is None else
+                torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
                 for image in self.decoder.decode(streams)]
+
+
+# --- the check at start ---------------------------------------------------------------------------
+# What to do when a decoder cannot decode on the GPU, by decoder
+_FIXES = {
+    "torchcodec": (f"a TorchCodec built for this torch and CUDA ({TORCHCODEC_PIP}; "
+                   "see TorchCodec's compatibility table)"),
+    "nvimgcodec": (f"nvImageCodec with its nvJPEG extension ({NVIMGCODEC_PIP}); in a container, "
+                   "the driver's video capability for the hardware decoder "
+                   "(NVIDIA_DRIVER_CAPABILITIES=compute,utility,video)"),
+}
+
+
+def known_jpeg() -> Tuple[bytes, torch.Tensor]:
+    """A small 4:2:0 JPEG made here (a smooth colour ramp, so every decoder's chroma upsampling
+    lands within a level or two of libjpeg-turbo's) and its pixels as torchvision decodes it."""
+    from PIL import Image
+    from torchvision.io import decode_jpeg
+
+    y, x = torch.meshgrid(torch.arange(48), torch.arange(80), indexing="ij")
+    pixels = torch.stack([x * 3, y * 5, 255 - x * 2 - y]).clamp(0, 255).to(torch.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(out, "JPEG", quality=90,
+                                                          subsampling=2)
+    data = out.getvalue()
+    return data, decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+
+def probe_decoder(name: str, device: torch.device,
+                  settings: DecoderSettings = DecoderSettings()) -> str:
+    """Build the --gpu-decoder `name` for `device` and check it (check_decoder). -> one line
+    saying where it decodes; a UsageError naming the cause and the fix."""
+    return check_decoder(make_decoder(name, device, settings), device)
+
+
+def check_decoder(decoder, device: torch.device) -> str:
+    """Decode a known JPEG with `decoder` (the whole image, and a region where it decodes
+    regions). -> one line saying so; a UsageError naming the cause and the fix when it decodes
+    nothing, decodes off the device, or decodes wrong pixels."""
+    name = decoder.name
+    data, reference = known_jpeg()
+    encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    region = (8, 16, 24, 40)
+    wanted = [None] + ([region] if decoder.crops else [])
+    where = f"{device}" if device.type == "cuda" else "the CPU"
+    try:
+        images = decoder([encoded] * len(wanted), wanted)
+    except Exception as err:
+        raise UsageError(f"--gpu-decoder {name} failed to decode a small JPEG on {where} "
+                         f"({type(err).__name__}: {first_line(err)}); needs "
+                         f"{_FIXES[name]}. Or decode elsewhere: --data-backend pytorch "
+                         f"(CPU workers) or the other --gpu-decoder") from None
+    worst = 0.0
+    for image, cut in zip(images, wanted):
+        if isinstance(image, Refused):
+            raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for a plain "
+                             f"JPEG ({image.reason}); needs {_FIXES[name]}. Or decode "
+                             "elsewhere: --data-backend pytorch or the other --gpu-decoder")
+        if image.device.type != device.type:
+            raise UsageError(f"--gpu-decoder {name} returned its pixels on {image.device}, not "
+                             f"on {where}: it is not decoding on the GPU; needs {_FIXES[name]}")
+        top, left, height, width = cut or (0, 0, *reference.shape[1:])
+        expected = reference[:, top:top + height, left:left + width]
+        if tuple(image.shape) != tuple(expected.shape):
+            raise UsageError(f"--gpu-decoder {name} decoded a {tuple(expected.shape)} JPEG "
+                             f"as {tuple(image.shape)} on {where}")
+        worst = max(worst, (image.cpu().float() - expected.float()).abs().mean().item())
+    # Repeated chroma on this smooth ramp stays within a couple of levels; a wrong colour
+    # conversion or channel order is tens of levels off
+    if worst > 8:
+        raise UsageError(f"--gpu-decoder {name} decoded a known JPEG {worst:.1f} levels away "
+                         f"from libjpeg-turbo on {where}: not a working decoder")
+    return (f"{name}: decodes on {where} (a {reference.shape[2]}x{reference.shape[1]} JPEG"
+            f"{' and a region of it' if decoder.crops else ''}; mean |diff| to libjpeg-turbo "
+            f"{worst:.2f} levels)")
 
 
 class CropRegionReader:

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
-from .folders import collate_uint8, image_folders
+from .folders import collate_uint8, image_folders, say_if_whole_decoding
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
 from .sampling import Shard, ShardedSampler, train_sampling
@@ -38,6 +38,8 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         # now, it imports the data modules while this process builds the model.
         ensure_loader_server()
     train_set, val_set = image_folders(cfg)
+    if shard.is_main:
+        say_if_whole_decoding(train_set)
     seed = cfg.seed
     guard = WorkerGuard(start_method)
 
