@@ -455,3 +455,62 @@ def test_region_decoding_in_the_workers_says_once_when_nvimgcodec_is_missing(
     train, val, _ = build_loaders(_cfg(tiny_imagefolder, "pytorch"), Shard(1, 2, is_main=False),
                                   CPU)
     assert not capsys.readouterr().out
+
+
+# --- memory bounded by what is decoded ------------------------------------------------------------
+def test_one_large_image_does_not_widen_the_canvas_of_the_whole_batch(monkeypatch):
+    """63 crops of 150-450 px and one 5,000 x 3,000 px region (a large validation image) in one
+    batch: every roi_align call's canvas is within 3x its own regions' pixels (rows and columns
+    of padding included; 1.0-1.4x here), and the batch's canvases within 1.5x its pixels. One
+    canvas as wide as the widest region for the whole batch (how it was) is 6.8x them here (7
+    strips of 4,086 rows x 5,001 columns). Each sample is still its own region resampled
+    alone, in its place in the batch."""
+    canvases = []
+    pack = gpu_decode.pack_regions
+
+    def measured(images, regions, device):
+        canvas, places = pack(images, regions, device)
+        padded = sum((h + 2) * (w + 1) for _, _, h, w in regions)
+        canvases.append((canvas.shape[0] * canvas.shape[2] * canvas.shape[3], padded))
+        return canvas, places
+
+    monkeypatch.setattr(gpu_decode, "pack_regions", measured)
+    g = torch.Generator().manual_seed(1)
+    samples = []
+    for i in range(64):
+        h, w = ((3000, 5000) if i == 17 else
+                tuple(int(x) for x in torch.randint(150, 451, (2,), generator=g)))
+        image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g)
+        samples.append(gpu_decode.Decoded(image, i, (0, 0, h, w), (0.0, 0.0, float(w), float(h)),
+                                          i % 2 == 0))
+    out = gpu_decode.crop_resize(samples, 32, CPU)
+    assert len(canvases) >= 2
+    for pixels, padded in canvases:
+        assert pixels <= 3 * padded, canvases
+    total = sum(pixels for pixels, _ in canvases)
+    regions = sum(h * w for _, _, h, w in (s.region for s in samples))
+    assert total <= 1.5 * regions, (total, regions)
+    for i in (0, 17, 63):  # the large one and two small ones, each where it belongs
+        s = samples[i]
+        _, _, h, w = s.region
+        alone = roi_align(s.image.float()[None], torch.tensor([[0.0, 0, 0, w, h]]), (32, 32),
+                          1.0, -1, True)[0]
+        assert torch.allclose(out[i], alone.flip(2) if s.flip else alone, atol=1e-3)
+
+
+def test_validation_resamples_only_the_pixels_its_centre_crop_reads():
+    """The region validation decodes and packs: what Resize + CenterCrop's box reads, not the
+    whole image; resampled from it, the box gives what it gives on the whole image."""
+    image = torch.randint(0, 256, (3, 500, 375), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(2))
+    box = gpu_decode.val_box(500, 375, 256, 224)
+    (top, left, h, w), inner = gpu_decode.val_region(500, 375, box)
+    assert h * w < 0.8 * 500 * 375
+    whole = gpu_decode.crop_resize([gpu_decode.Decoded(image, 0, (0, 0, 500, 375), box, False)],
+                                   224, CPU)
+    cut = image[:, top:top + h, left:left + w]
+    region = gpu_decode.crop_resize([gpu_decode.Decoded(cut, 0, (0, 0, h, w), inner, False)],
+                                    224, CPU)
+    # the same sample positions, up to float32 rounding of the shifted box (a few 1e-5 px,
+    # 0.013 levels here, on noise that changes by up to 255 levels per pixel)
+    assert (whole - region).abs().max() < 0.05
