@@ -43,8 +43,9 @@ from __future__ import annotations
 import io
 import math
 import warnings
+import weakref
 from collections import Counter
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from PIL import Image
@@ -430,7 +431,9 @@ class GpuDecodeLoader(SampledLoader):
         self.decoder = decoder
         self.size = size  # output size (training: unless the epoch's key says otherwise)
         self.fallbacks = decoder.fallbacks  # this pass's images decoded on the CPU, by reason
-        self.batches: Optional[PreparedAhead] = None  # the pass being read
+        # The pass being read, weakly: a loop that breaks out and drops it ends its thread;
+        # close() ends it where something (a traceback) still holds it
+        self.batches: Callable[[], Optional[PreparedAhead]] = lambda: None
         # One side stream for the loader's life: the caching allocator keeps freed blocks per
         # stream, so a stream per pass would keep each dead pass's memory reserved
         self.side_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
@@ -445,10 +448,11 @@ class GpuDecodeLoader(SampledLoader):
         self.fallbacks.clear()
         crop = self.sampler.crop_of_epoch(self.sampler.epoch) if self.sampler.crop_of_epoch \
             else None
-        self.batches = PreparedAhead(self.loader,
-                                     lambda batch: self._prepare(batch, crop or self.size),
-                                     self.device, self.ahead, self.side_stream)
-        return self.batches
+        batches = PreparedAhead(self.loader,
+                                lambda batch: self._prepare(batch, crop or self.size),
+                                self.device, self.ahead, self.side_stream)
+        self.batches = weakref.ref(batches)
+        return batches
 
     def _prepare(self, batch: EncodedBatch, size: int) -> Optional[Tuple[torch.Tensor, ...]]:
         """The device batch of an EncodedBatch: (normalised images, targets); None for a
@@ -462,9 +466,9 @@ class GpuDecodeLoader(SampledLoader):
         return self.normalize(images), targets.to(self.device, non_blocking=True)
 
     def _end_pass(self) -> None:
-        if self.batches is not None:
-            self.batches.close()  # its thread joined: nothing reads the DataLoader any more
-            self.batches = None
+        batches = self.batches()
+        if batches is not None:
+            batches.close()  # its thread joined: nothing reads the DataLoader any more
 
     def close(self) -> None:
         """The pass's thread first (it may be inside the DataLoader's next()), then the
