@@ -2,6 +2,7 @@
 Precision has its own file, tests/test_precision.py."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torchvision
 
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import ShardedSampler, val_resize_size
+from imagenet_recipes.data.loader_server import WORKER_BACKENDS
 from imagenet_recipes.schedule import LrMultiplier, scaled_lr
 
 
@@ -85,6 +87,27 @@ def test_loader_workers_start_with_the_engine_and_torchvision_imported_when_run_
                          capture_output=True, text=True, check=True, cwd=repo, timeout=300)
     assert out.stdout.split("\n")[:3] == ["imagenet_recipes.data.pytorch yes", "torch yes",
                                           "torchvision yes"], out.stdout + out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", sorted(WORKER_BACKENDS))
+def test_loader_workers_start_with_no_gpu_visible(backend, tiny_imagefolder):
+    """Every backend whose loader runs worker processes: with a GPU visible to the trainer (as
+    SLURM or torchrun leave CUDA_VISIBLE_DEVICES), its workers start with none, so no library
+    they load (nvImageCodec's nvJPEG extension opens a CUDA context by itself) can take GPU
+    memory in each of them; the trainer keeps its own."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, str(repo / "tests/worker_gpu_probe.py"), backend,
+                          str(tiny_imagefolder)], env={**env, "CUDA_VISIBLE_DEVICES": "0"},
+                         capture_output=True, text=True, cwd=repo, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    workers = [line.split()[2] for line in out.stdout.splitlines() if line.startswith("worker")]
+    assert workers == ["CUDA_VISIBLE_DEVICES="] * 2, out.stdout
+    assert "trainer CUDA_VISIBLE_DEVICES=0" in out.stdout
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
+import os
 
 from ..config import TrainConfig
 from ..registry import DATA_BACKENDS, backends_where
 
 # The backends whose loaders run DataLoader worker processes, started from this server.
 WORKER_BACKENDS = backends_where("worker_processes")
+CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
 
 
 def loader_worker_context() -> multiprocessing.context.BaseContext:
@@ -49,7 +51,14 @@ def start_loader_server(cfg: TrainConfig) -> None:
 
 
 def ensure_loader_server() -> None:
-    """Start the loader workers' fork server (a no-op once it runs).
+    """Start the loader workers' fork server (a no-op once it runs), with no GPU visible.
+
+    Loader workers decode on the CPU and never need a GPU, but a library they import may open
+    a CUDA context by itself (nvImageCodec's nvJPEG extension makes a hardware decoder handle
+    when it loads): on GPU 0, a few hundred MB each, for every worker of every rank (15 workers
+    x 8 ranks on a node). So the server starts with CUDA_VISIBLE_DEVICES empty, from its first
+    instruction on, and every worker forked from it inherits that; the trainer's own variable
+    is put back as soon as the server has started.
 
     The server is a new interpreter that imports the preload list by name: multiprocessing
     hands it neither the trainer's sys.path nor its main script (CPython's forkserver looks for
@@ -59,4 +68,12 @@ def ensure_loader_server() -> None:
     torchvision and the engine itself at every start (an epoch 1.19x slower on a 2-core VM,
     validation 2.6x): tests/test_units.py checks that the server has them."""
     loader_worker_context()
-    multiprocessing.forkserver.ensure_running()
+    visible = os.environ.get(CUDA_VISIBLE)
+    os.environ[CUDA_VISIBLE] = ""  # what the server is started with (its environment block)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        if visible is None:
+            del os.environ[CUDA_VISIBLE]
+        else:
+            os.environ[CUDA_VISIBLE] = visible

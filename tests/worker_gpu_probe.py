@@ -1,0 +1,35 @@
+"""Run as an entry script is run, with a GPU made visible (`CUDA_VISIBLE_DEVICES=0 python
+tests/worker_gpu_probe.py BACKEND DATA`): starts the loader workers' fork server as the entry
+scripts do, builds BACKEND's loaders with two workers, trains on one batch, and prints, for
+each live worker process, what its environment started with (`/proc/PID/environ`: what a
+CUDA library reads), one line `worker PID CUDA_VISIBLE_DEVICES=VALUE` (`unset` when absent);
+then the trainer's own value, `trainer CUDA_VISIBLE_DEVICES=VALUE`."""
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":
+    import torch
+
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data import Shard, build_loaders
+    from imagenet_recipes.data.loader_server import start_loader_server
+
+    backend, data = sys.argv[1], sys.argv[2]
+    cfg = parse_args(["-a", "timm/test_resnet", "--image-size", "32", "-b", "4", "-j", "2",
+                      "--data-backend", backend, data], entry="nd")
+    start_loader_server(cfg)
+    train, val, _ = build_loaders(cfg, Shard(), torch.device("cpu"))
+    train.set_epoch(0)
+    batches = iter(train)
+    next(batches)
+    for worker in train.loader._iterator._workers:
+        env = dict(entry.split("=", 1) for entry in
+                   Path(f"/proc/{worker.pid}/environ").read_text().split("\0") if "=" in entry)
+        visible = env.get("CUDA_VISIBLE_DEVICES", "unset")
+        print(f"worker {worker.pid} CUDA_VISIBLE_DEVICES={visible}", flush=True)
+    print(f"trainer CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}",
+          flush=True)
+    del batches
+    train.close()
+    val.close()
