@@ -22,12 +22,40 @@ def test_gpu_decode_loader_trains(runs, images, saw):
     device = on_device(log)
     losses = finite_losses(log)
     assert all(e["skipped"] == 0 for e in log["train_epoch"]), log["train_epoch"]
-    saw(f"{len(losses)} steps on {device}, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    # every generated JPEG decoded by the GPU decoder, none by torchvision on the CPU
+    assert all(e["cpu_decoded"] == 0 for e in log["train_epoch"] + log["val"]), \
+        [e.get("cpu_decoded_reasons") for e in log["train_epoch"] + log["val"]]
+    saw(f"{len(losses)} steps on {device}, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
+        "no image decoded on the CPU")
 
 
-def _batches(backend: str, images, split: str, *extra: str, ahead: int = 2):
+# About 25 ms of a GPU's cycles (torch.cuda._sleep spins for that many clock cycles)
+LATE_CYCLES = 50_000_000
+
+
+def _late(prepare):
+    """The gpu loader's batch preparation, ending on its stream with the batch's images NaN for
+    a while, then right: a reader not ordered after the side stream reads NaN."""
+    def late(batch, size):
+        prepared = prepare(batch, size)
+        if prepared is not None and DEVICE == "cuda":
+            images = prepared[0]
+            kept = images.clone()
+            images.fill_(float("nan"))
+            torch.cuda._sleep(LATE_CYCLES)
+            images.copy_(kept)
+        return prepared
+    return late
+
+
+def _batches(backend: str, images, split: str, *extra: str, ahead: int = 2,
+             late: bool = False):
     """In this process: every batch of one pass of `split`, as (images, targets) on the device
-    (`ahead`: the gpu backend's batches decoded beside the step, 0: in this thread)."""
+    (`ahead`: the gpu backend's batches decoded beside the step, 0: in this thread). `late`:
+    each batch finishes late on the side stream (_late), and the training stream waits before
+    it reads each one, as a step would, while the thread prepares the next batches: a missing
+    wait on the side stream's event reads NaN, a missing record_stream lets the next batch
+    overwrite the one still to be read."""
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data import build_loaders
     from imagenet_recipes.strategies import Strategy
@@ -39,8 +67,16 @@ def _batches(backend: str, images, split: str, *extra: str, ahead: int = 2):
     loader = train_loader if split == "train" else val_loader
     loader.ahead = ahead
     loader.set_epoch(1)
+    if late:
+        loader._prepare = _late(loader._prepare)
+
+    def taken(x, y):
+        if late and DEVICE == "cuda":
+            torch.cuda._sleep(LATE_CYCLES)  # the step before, on the training stream
+        return x.clone(), y.clone()
+
     try:
-        return [(x.clone(), y.clone()) for x, y in loader], loader.skipped
+        return [taken(x, y) for x, y in loader], loader.skipped
     finally:
         train_loader.close()
         val_loader.close()
@@ -71,18 +107,23 @@ def test_gpu_decode_batches_match_the_pytorch_loaders(decoder, split, images, sa
     number(f"{split}_mean_abs_diff", round(mean, 4))
     number(f"{split}_worst_image_mean_abs_diff", round(image, 4))
     number(f"{split}_max_abs_diff", round(pixel, 4))
-    assert mean < 0.07 and image < 0.15, (mean, image, pixel)
+    # TorchCodec repeats chroma on a GPU (jpeg_decoders.py): measured, not bounded there
+    repeated_chroma = decoder == "torchcodec" and DEVICE == "cuda"
     saw(f"{decoder} {split}: {sum(len(y) for _, y in ours)} images, same targets and layout; "
         f"vs pytorch mean |diff| {mean:.4f}, worst image {image:.4f}, max {pixel:.3f} "
-        "(normalised)")
+        f"(normalised{'; chroma repeated: measured, not bounded' if repeated_chroma else ''})")
+    if not repeated_chroma:
+        assert mean < 0.07 and image < 0.15, (mean, image, pixel)
 
 
 @pytest.mark.parametrize("decoder", ["nvimgcodec", "nvimgcodec-repeated-chroma", "torchcodec"])
 def test_gpu_decoders_agree_with_libjpeg_turbo_on_the_same_crops(decoder, images, saw, number):
     """Each GPU decoder's crops of the training JPEGs against libjpeg-turbo's (torchvision's
     CPU decode_image), in 0-255: tests/decode_agreement.py's bounds (torchvision's and
-    TorchCodec's own). nvImageCodec with chroma repeated rather than interpolated (DALI's
-    default) is measured, not bounded: what the interpolation buys."""
+    TorchCodec's own). Decoders that repeat chroma rather than interpolate it are measured, not
+    bounded: TorchCodec on a GPU (its nvJPEG handle has nvJPEG's default flags, which no
+    setting of TorchCodec changes) and nvImageCodec told to (DALI's default): what the
+    interpolation buys."""
     from decode_agreement import agreement, agrees  # tests/, as pytest's rootdir conftest has it
     from torchvision.io import ImageReadMode, decode_image
 
@@ -91,6 +132,8 @@ def test_gpu_decoders_agree_with_libjpeg_turbo_on_the_same_crops(decoder, images
     name = decoder.split("-")[0]
     need(MODULE[name], WHY[MODULE[name]])
     device = torch.device(DEVICE)
+    repeated_chroma = decoder.endswith("repeated-chroma") or (name == "torchcodec"
+                                                               and device.type == "cuda")
     decode = (jpeg_decoders.NvImageCodecDecoder(device, fancy_upsampling=False)
               if decoder.endswith("repeated-chroma") else jpeg_decoders.make_decoder(name, device))
     files = sorted((images / "train").rglob("*.JPEG"))[:128]
@@ -99,7 +142,8 @@ def test_gpu_decoders_agree_with_libjpeg_turbo_on_the_same_crops(decoder, images
     # a crop of each image's middle, away from the edges, as RandomResizedCrop cuts them
     regions = [(h // 5, w // 6, h // 2, (2 * w) // 3) for h, w in (x.shape[1:] for x in wholes)]
     decoded = decode(data, regions)
-    assert all(x is not None for x in decoded), "the decoder refused a generated JPEG"
+    refused = [x.reason for x in decoded if isinstance(x, jpeg_decoders.Refused)]
+    assert not refused, f"the decoder refused {len(refused)} generated JPEGs: {refused[0]}"
     if not decode.crops:
         decoded = [x[:, t:t + h, l:l + w] for x, (t, l, h, w) in zip(decoded, regions)]
     assert all(x.device.type == device.type for x in decoded)
@@ -108,17 +152,20 @@ def test_gpu_decoders_agree_with_libjpeg_turbo_on_the_same_crops(decoder, images
     for key, value in numbers.items():
         number(key, round(value, 5))
     saw(f"{decoder}: {len(files)} crops vs libjpeg-turbo: mean |diff| "
-        f"{numbers['mean_abs']:.3f} levels, {100 * numbers['within_3']:.2f} % within 3")
-    if not decoder.endswith("repeated-chroma"):
+        f"{numbers['mean_abs']:.3f} levels, {100 * numbers['within_3']:.2f} % within 3"
+        f"{' (chroma repeated: measured, not bounded)' if repeated_chroma else ''}")
+    if not repeated_chroma:
         assert agrees(numbers), numbers
 
 
 def test_gpu_decode_batches_beside_the_step_are_those_decoded_in_line(images, saw):
     """Batches decoded ahead on a side stream by a background thread (the default) are the
-    batches decoded in the training thread, bit for bit: the hand-over (event, record_stream)
-    loses or mixes nothing."""
+    batches decoded in the training thread, bit for bit, with each batch finishing late on the
+    side stream and the training stream busy before it reads each one: the hand-over (the
+    event the training stream waits on, record_stream) loses or mixes nothing."""
     need("nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
-    ahead, _ = _batches("gpu", images, "train", "--gpu-decoder", "nvimgcodec", ahead=2)
+    ahead, _ = _batches("gpu", images, "train", "--gpu-decoder", "nvimgcodec", ahead=2,
+                        late=True)
     in_line, _ = _batches("gpu", images, "train", "--gpu-decoder", "nvimgcodec", ahead=0)
     assert len(ahead) == len(in_line)
     for (x, y), (x_line, y_line) in zip(ahead, in_line):
