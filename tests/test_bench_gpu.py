@@ -3,6 +3,7 @@
 its clean-up of the processes it starts, and the RESULTS.md block it renders."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -424,3 +426,111 @@ def test_the_decode_tool_refuses_a_folder_without_train_and_unknown_rows(tmp_pat
     with pytest.raises(SystemExit, match="unknown rows"):
         decode.rows_to_run(args)
     assert decode.worker_counts(16) == [2, 4, 8, 15] and decode.worker_counts(2) == [1]
+
+
+@pytest.mark.slow
+def test_a_later_call_reuses_the_reference_and_skips_a_decoder_found_broken(tmp_path):
+    """gpu_session.sh's calls: the decode group measures nd-synthetic; the next call, given
+    that record (--reuse), copies it instead of measuring it again and compares with it; a
+    decoder named by --skip-decoder gives skipped rows carrying the cause; --loader-window
+    sizes the loader rows' window (and the JPEG set)."""
+    first, second = tmp_path / "decode.json", tmp_path / "scripts.json"
+    broken = ["--skip-decoder", "nvimgcodec=BROKEN per the probe", "--loader-window", "3"]
+    proc = run_tool("gpu", *TINY, "--group", "decode", "--decode-workers", "default", *broken,
+                    "--json", first, "--out", tmp_path / "out1", "--data", tmp_path / "jpegs",
+                    timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(first.read_text())["rows"]}
+    assert rows["decode-gpu-nvimgcodec"]["status"] == "skipped"
+    assert rows["decode-gpu-nvimgcodec"]["note"] == "nvimgcodec: BROKEN per the probe"
+    assert rows["decode-gpu-torchcodec"]["status"] == "ok"
+    assert list(rows["decode-pytorch"]["detail"]["by_workers"]) == ["1"]  # the loader rows' -j
+    measured = rows["nd-synthetic"]
+
+    proc = run_tool("gpu", *TINY, "--only", "pytorch-loader,gpu-decode-nvimgcodec", *broken,
+                    "--reuse", tmp_path / "none.json", "--reuse", first, "--json", second,
+                    "--out", tmp_path / "out2", "--data", tmp_path / "jpegs", timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(second.read_text())
+    assert record["config"]["loader_window"] == 3
+    rows = {r["name"]: r for r in record["rows"]}
+    assert not (tmp_path / "out2/nd-synthetic.console.txt").exists()  # not run again
+    assert rows["nd-synthetic"]["detail"]["reused_from"] == str(first)
+    assert rows["nd-synthetic"]["img_s"] == measured["img_s"]
+    loader = rows["pytorch-loader"]
+    assert loader["ratio"] == pytest.approx(loader["img_s"] / measured["img_s"])
+    assert len(loader["repeats"]) == 3
+    assert loader["detail"]["window_batches"] >= 3 * loader["detail"]["prefetch_factor"]
+    assert rows["gpu-decode-nvimgcodec"]["status"] == "skipped"
+    assert rows["gpu-decode-nvimgcodec"]["note"] == "nvimgcodec: BROKEN per the probe"
+
+
+def test_reuse_takes_only_a_brought_unit_from_a_record_of_the_same_configuration(tmp_path):
+    from imagenet_recipes.bench.gpu import run
+
+    config = {"device": "cpu", "arch": "timm/test_resnet"}
+    row = dict(units.new_row("nd-synthetic", "nd-synthetic", "c", 10.0, [10.0]))
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"tool": "bench.gpu", "config": config, "rows": [row]}))
+    unit = units.UNITS["nd-synthetic"]
+
+    def reused(named, cfg, status="ok"):
+        path.write_text(json.dumps({"tool": "bench.gpu", "config": config,
+                                    "rows": [dict(row, status=status)]}))
+        args = argparse.Namespace(named_units=named, reuse=[tmp_path / "none.json", path])
+        return run.reused(args, unit, cfg)
+
+    got = reused(["pytorch-loader"], config)
+    assert got and got[0]["img_s"] == 10.0 and got[0]["detail"]["reused_from"] == str(path)
+    assert reused(["nd-synthetic"], config) is None  # named: measured
+    assert reused(["pytorch-loader"], dict(config, arch="resnet50")) is None  # other sizes
+    assert reused(["pytorch-loader"], config, status="failed") is None
+
+
+NVIDIA_SMI = """#!/usr/bin/env bash
+# nvidia-smi --query-compute-apps as a GPU machine prints it: the trainer holds the GPU
+echo "pid, process_name, used_memory [MiB]"
+for p in /proc/[0-9]*; do
+  if tr '\\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q "^[^ ]*python[^ ]* [^ ]*train/nd.py"; then
+    echo "${p#/proc/}, python, 1234 MiB"
+  fi
+done
+"""
+
+
+@pytest.mark.slow
+def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path):
+    """bench.gpu.processes: the trainer's tree (-j loader workers under it) beside nvidia-smi's
+    compute processes, each marked; a stand-in nvidia-smi lists the trainer as a GPU machine
+    does; without one, the record says nvidia-smi is missing."""
+    from imagenet_recipes.bench.jobs import dataset_command, make_dataset
+
+    make_dataset(dataset_command(tmp_path / "jpegs", classes=2, train=40, val=4, min_size=40,
+                                 max_size=60))
+    smi = tmp_path / "bin/nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(NVIDIA_SMI)
+    smi.chmod(0o755)
+    tiny = ["--data", tmp_path / "jpegs", "--device", "cpu", "-a", "timm/test_resnet",
+            "--image-size", "32", "-b", "4", "--amp-dtype", "bfloat16", "-j", "2"]
+    for path, expected in ((f"{smi.parent}:{os.environ['PATH']}", "ok"),
+                           (os.path.dirname(sys.executable) + ":/usr/bin:/bin", "missing")):
+        record_path = tmp_path / f"{expected}.json"
+        proc = run_tool("gpu.processes", *tiny, "--json", record_path, "--samples", "1",
+                        "--out", tmp_path / expected, env={"PATH": path}, timeout=200)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        record = json.loads(record_path.read_text())
+        assert record["command"].startswith("python train/nd.py -a timm/test_resnet")
+        look, = record["samples"]
+        trainer = record["trainer_pid"]
+        workers = [p for p in look["descendants"] if p["role"] == "loader worker"]
+        assert len(workers) == 2, look["descendants"]
+        assert look["nvidia_smi"] == expected
+        if expected == "ok":
+            assert look["csv"].startswith("pid, process_name, used_memory")
+            assert look["apps"] == [{"pid": trainer, "process_name": "python",
+                                     "used_memory": "1234 MiB", "is": "trainer"}]
+            assert look["trainer_on_gpu"] is True and look["descendants_on_gpu"] == []
+        else:
+            assert look["apps"] == [] and look["trainer_on_gpu"] is None
+        assert not Path(f"/proc/{trainer}").exists()  # stopped after the sample

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from imagenet_recipes.bench.gpu.units import GROUPS, PEER_ROWS, TARGETS, select
+from imagenet_recipes.bench.gpu.units import GPU_DECODERS, GROUPS, PEER_ROWS, TARGETS, select
 
 
 def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -54,6 +54,22 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--prepare-data", action="store_true",
                    help="only make the loader rows' JPEG set (at --data) and exit: beside "
                         "another job, before the measurements that read it")
+    p.add_argument("--loader-window", type=int, default=10, metavar="N",
+                   help="log intervals a loader row counts over (the JPEG set is sized for "
+                        "them; the batches ready before the clock are 1/N of the window at "
+                        "most) (default: %(default)s)")
+    p.add_argument("--decode-workers", metavar="LIST",
+                   help="comma-separated -j of the decode group's pytorch rows, or 'default': "
+                        "the loader rows' -j (default: from a few to every core but one)")
+    p.add_argument("--skip-decoder", action="append", default=[], metavar="NAME=CAUSE",
+                   help="a GPU decoder (torchcodec, nvimgcodec) found not to work here (e.g. by "
+                        "launch/gpu_check.sh --probe): the rows decoding with it are skipped, "
+                        "CAUSE their note")
+    p.add_argument("--reuse", action="append", default=[], type=Path, metavar="RECORD",
+                   help="an earlier record of the same machine and sizes (--json): a unit this "
+                        "run only brings along as a reference (not named by --group or --only) "
+                        "is copied from the first such record holding its rows measured, not "
+                        "measured again")
     p.add_argument("--row-timeout", type=float, default=360,
                    help="seconds an entry script's run may take (default: %(default)s)")
     p.add_argument("--commit", help="the commit measured, for a copied tree without .git "
@@ -88,6 +104,18 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                 f"{', '.join(c for c in PEER_ROWS if c.startswith('nd '))}")
     if args.workers is not None and args.workers <= 0:
         p.error("--workers must be positive (the loader rows measure worker processes)")
+    if args.loader_window <= 0:
+        p.error("--loader-window must be positive")
+    if args.decode_workers and args.decode_workers != "default" and not all(
+            w.isdigit() and int(w) > 0 for w in args.decode_workers.split(",")):
+        p.error(f"--decode-workers {args.decode_workers}: positive numbers, comma-separated, "
+                "or 'default'")
+    args.skipped_decoders = {}
+    for item in args.skip_decoder:
+        name, _, cause = item.partition("=")
+        if name not in GPU_DECODERS:
+            p.error(f"--skip-decoder {item}: decoders are {', '.join(GPU_DECODERS)}")
+        args.skipped_decoders[name] = cause or "does not work here"
     args.targets = dict(TARGETS)
     for item in args.target:
         name, _, value = item.partition("=")
@@ -99,6 +127,7 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             p.error(f"--target {item}: {value!r} is not a number")
     try:
         args.units = select(args.group, args.only)
+        args.named_units = select(args.group, args.only, needs=False)
     except ValueError as err:
         p.error(str(err))
     return args

@@ -2,13 +2,15 @@
 loader rows), and each backend's input pipeline alone, no model (bench.decode in this process: the
 `decode` group), both over one JPEG set made once and reused (--data, --prepare-data).
 
-A loader row's img/s is images over seconds across a window of LOADER_WINDOW log intervals of
+A loader row's img/s is images over seconds across a window of --loader-window (default
+LOADER_WINDOW) log intervals of
 (workers x prefetch_factor) batches after the warm-up, so the batches the workers had ready before
 the clock started are a tenth of the window at most."""
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import List
 
@@ -49,7 +51,8 @@ def jpeg_set(args: argparse.Namespace) -> Path:
     and reused (make_synthetic.py skips a complete identical set)."""
     from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 
-    per_class = math.ceil(loader_steps(args)[1] * args.batch_size / 10)
+    per_class = math.ceil(max(loader_steps(args)[1], decode_batches(args)) * args.batch_size
+                          / 10)
     low, high = round(args.image_size * 1.4), round(args.image_size * 2.2)
     root = args.data or REPO / "runs" / "bench_gpu-data" / f"{low}-{high}px-{per_class}"
     print(f"JPEG set: {10 * per_class} training images at {low}-{high} px in {root}", flush=True)
@@ -64,11 +67,28 @@ def loader_steps(args: argparse.Namespace) -> tuple:
     buffer at the start is at most a tenth of it."""
     per = loader_workers(args) * prefetch_factor()
     warm = max(1, math.ceil(args.warmup / per))
-    return warm, per * (warm + LOADER_WINDOW)
+    return warm, per * (warm + loader_window(args))
 
 
-# What a loader row's flags need installed
+def loader_window(args: argparse.Namespace) -> int:
+    """Log intervals a loader row counts over: --loader-window, else LOADER_WINDOW."""
+    return getattr(args, "loader_window", None) or LOADER_WINDOW
+
+
+def decode_batches(args: argparse.Namespace) -> int:
+    """Batches a decode-only row reads in its one pass: what its loader holds ready before the
+    clock (2 per worker or file reader, at most one per core but one), two more, and the
+    timed ones (bench.decode.measure_row)."""
+    return max(1, (os.cpu_count() or 1) - 1) * 2 + 2 + decode_timed(args)
+
+
+def decode_timed(args: argparse.Namespace) -> int:
+    return max(3 * args.steps, 10)
+
+
+# What a loader row's flags need installed, and the GPU decoder they decode with
 LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
+LOADER_DECODER = {"gpu": "torchcodec", "nvimgcodec": "nvimgcodec"}
 
 
 def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[dict]:
@@ -83,6 +103,9 @@ def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[d
     module = LOADER_NEEDS.get(decoder)
     if module and not installed(module):
         raise Skip(f"{module} is not installed")
+    cause = getattr(args, "skipped_decoders", {}).get(LOADER_DECODER.get(decoder, ""))
+    if cause:
+        raise Skip(f"{LOADER_DECODER[decoder]}: {cause}")
     workers, prefetch = loader_workers(args), prefetch_factor()
     per = workers * prefetch
     warm, steps = loader_steps(args)
@@ -92,9 +115,9 @@ def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[d
     log, peak = run_entry(ctx, unit.name, "nd", flags)
     window = intervals(log)[warm:]
     counted = sum(i["steps"] for i in window)
-    if counted < LOADER_WINDOW * per:
+    if counted < loader_window(args) * per:
         raise Failure(f"only {counted} batches after the warm-up, expected "
-                      f"{LOADER_WINDOW * per}")
+                      f"{loader_window(args) * per}")
     img_s = sum(i["images"] for i in window) / sum(i["seconds"] for i in window)
     label = ("thread" if backend.startswith("dali") else "worker") + "s" * (workers > 1)
     return [new_row(unit.rows[0], unit.name,
@@ -112,11 +135,19 @@ def measure_decode(ctx: Context, unit: Unit) -> List[dict]:
     from imagenet_recipes.bench import decode
 
     args = ctx.args
+    workers = getattr(args, "decode_workers", None)
+    if workers == "default":
+        workers = str(loader_workers(args))
+    skipped = {f"gpu {name}": cause for name, cause in
+               getattr(args, "skipped_decoders", {}).items()}
     dargs = argparse.Namespace(data=jpeg_set(args), device=args.device,
                                batch_size=args.batch_size, image_size=args.image_size,
-                               batches=max(3 * args.steps, 10), only=None,
-                               workers=str(args.workers) if args.workers else None)
-    measured = decode.measure(dargs)
+                               batches=decode_timed(args),
+                               only=",".join(r for r in decode.ROWS if r not in skipped),
+                               workers=workers or (str(args.workers) if args.workers else None))
+    measured = decode.measure(dargs) + [
+        {"name": row, "backend": row, "status": "skipped", "detail": f"{row[4:]}: {cause}"}
+        for row, cause in skipped.items()]
     rows = []
     for backend, name in DECODE_ROWS.items():
         found = [r for r in measured if r["backend"] == backend]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import json
 import signal
 import sys
 import time
@@ -71,6 +72,27 @@ def run_unit(ctx: Context, unit: Unit) -> List[dict]:
     return rows
 
 
+def reused(args, unit: Unit, config: dict) -> Optional[List[dict]]:
+    """A unit this run only brings along as a reference, copied from the first --reuse record
+    of the same configuration that holds every row of it measured; None: measure it."""
+    if unit.name in args.named_units:
+        return None
+    for path in args.reuse:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("tool") != RECORD_TOOL or record.get("config") != config:
+            continue
+        rows = {r["name"]: r for r in record.get("rows", []) if r.get("unit") == unit.name
+                and r.get("status") == "ok"}
+        if set(rows) >= set(unit.rows):
+            print(f"\n== {unit.name}: its rows from {path} (--reuse)", flush=True)
+            return [dict(rows[name], detail={**rows[name]["detail"], "reused_from": str(path)})
+                    for name in unit.rows]
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """`python -m imagenet_recipes.bench.gpu ARGS` (`argv`: ARGS; None: sys.argv's) -> the exit
     status."""
@@ -107,7 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "environment": device_environment(args.device),
               "config": {k: getattr(args, k) for k in (
                   "device", "arch", "image_size", "batch_size", "steps", "warmup", "repeats",
-                  "amp_dtype", "workers")},
+                  "amp_dtype", "workers", "loader_window")},
               "targets": args.targets, "units": args.units, "complete": False, "seconds": 0.0,
               "rows": []}
     env = record["environment"]
@@ -117,7 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows: List[dict] = []
     try:
         for name in args.units:
-            rows += run_unit(ctx, UNITS[name])
+            rows += reused(args, UNITS[name], record["config"]) or run_unit(ctx, UNITS[name])
             assess(rows, args.targets)
             for row in rows:
                 if row["unit"] == name:

@@ -34,6 +34,8 @@ TIMM_BENCHMARK_REFERENCE = {"timm-benchmark": "step-timm-work",
 DECODE_ROWS = {"pytorch": "decode-pytorch", "gpu torchcodec": "decode-gpu-torchcodec",
                "gpu nvimgcodec": "decode-gpu-nvimgcodec", "dali-gpu": "decode-dali-gpu",
                "dali-cpu": "decode-dali-cpu"}
+# The GPU decoders (--gpu-decoder), named here so that parsing the command line imports no torch
+GPU_DECODERS = ("torchcodec", "nvimgcodec")
 # The loader rows' --data-backend
 LOADER_FLAGS = {"pytorch-loader": ["--data-backend", "pytorch"],
                 "gpu-decode": ["--data-backend", "gpu"],
@@ -117,8 +119,9 @@ class Skip(Exception):
     """A unit cannot run here (DALI missing, a GPU loader on a CPU)."""
 
 
-def select(groups: Optional[str], only: Optional[str]) -> List[str]:
-    """The units to run, in their canonical order, with the units they need."""
+def select(groups: Optional[str], only: Optional[str], needs: bool = True) -> List[str]:
+    """The units to run, in their canonical order, with the units they need (needs False:
+    only those named)."""
     def names(text: Optional[str]) -> List[str]:
         return [w.strip() for w in (text or "").split(",") if w.strip()]
 
@@ -131,7 +134,7 @@ def select(groups: Optional[str], only: Optional[str]) -> List[str]:
     wanted = {u.name for u in UNITS.values() if u.group in names(groups)} | set(names(only))
     if not (groups or only):
         wanted = set(UNITS)
-    for name in list(wanted):
+    for name in list(wanted) if needs else ():
         wanted |= set(UNITS[name].needs)
     return [name for name in UNITS if name in wanted]
 
