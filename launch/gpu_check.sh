@@ -2,7 +2,8 @@
 # The GPU tier (tests/gpu/) in groups, on a machine with a CUDA GPU, with the Python found there:
 # nothing is downloaded, so it works on a machine without internet.
 #
-#   bash launch/gpu_check.sh --probe                  # what this machine has, what will be skipped
+#   bash launch/gpu_check.sh --probe                  # what this machine has, what will be skipped,
+#                                                     # each GPU decoder decoding a known JPEG
 #   bash launch/gpu_check.sh --out DIR entries precision   # some groups; the record into DIR
 #   bash launch/gpu_check.sh --out DIR                # every group, 3 side by side
 #   bash launch/gpu_check.sh --jobs 1 --out DIR       # every group, one after the other
@@ -14,6 +15,11 @@
 # after GPU_CHECK_GROUP_LIMIT seconds (default 420); a stopped group records the check it was in
 # as "stopped" and kills every process it started. --jobs N (GPU_CHECK_JOBS) runs N groups side
 # by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
+# --probe also has each GPU decoder (torchcodec, nvimgcodec) decode a small built-in JPEG on the
+# device the checks measure on (cuda:0; the CPU with --cpu) and prints a line for each:
+# "decoder NAME OK: where the pixels ended up", "MISSING: the module is not installed" or
+# "BROKEN: the cause and the fix" (imagenet_recipes.data.jpeg_decoders.probe_decoder); a decoder
+# that does not work leaves the exit status as it is (gpu_session.sh skips what needs it).
 # --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
 # the first entry script, ...): every check's code once (the CPU simulation of all groups took
 # 112 s against 176; not yet timed on a GPU). The CPU suite simulates the tier that way, since it
@@ -58,7 +64,7 @@ python="${PYTHON:-python3}"
 
 # One Python start for the whole look at the machine (each start costs seconds: it imports
 # torch): torch, the GPUs and the optional modules. Exit 2: no torch, no pytest or no GPU.
-"$python" - "$device" <<'EOF'
+"$python" - "$device" "$probe" <<'EOF'
 import importlib.util, sys
 try:
     import torch
@@ -83,6 +89,31 @@ if device == "cuda" and not torch.cuda.is_available():
     print("gpu_check: no CUDA GPU is visible (torch.cuda.is_available() is False): nothing to "
           "check here; --cpu simulates the tier on the CPU", file=sys.stderr)
     sys.exit(2)
+if sys.argv[2] == "1":
+    # --probe: each GPU decoder decodes a known JPEG on the device the checks and bench.gpu
+    # measure on; one that cannot is named with its cause (the session skips what needs it)
+    on = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    for name, module in (("torchcodec", "torchcodec"), ("nvimgcodec", "nvidia.nvimgcodec")):
+        try:
+            missing = importlib.util.find_spec(module) is None
+        except ImportError:  # nvidia/ itself absent
+            missing = True
+        if missing:
+            print(f"gpu_check: decoder {name:10} MISSING: {module} is not installed")
+            continue
+        try:
+            from imagenet_recipes.config import UsageError
+            from imagenet_recipes.data.jpeg_decoders import probe_decoder
+        except ImportError as err:
+            print(f"gpu_check: decoder {name:10} NOT PROBED: this clone cannot probe ({err})")
+            continue
+        try:
+            print(f"gpu_check: decoder {name:10} OK: {probe_decoder(name, on)}")
+        except (UsageError, ImportError) as err:
+            print(f"gpu_check: decoder {name:10} BROKEN: {str(err).splitlines()[0]}")
+        except Exception as err:  # whatever it raises: the probe names it and goes on
+            print(f"gpu_check: decoder {name:10} BROKEN: {type(err).__name__}: "
+                  f"{str(err).splitlines()[0] if str(err) else ''}")
 sys.exit(0 if importlib.util.find_spec("pytest") else 2)
 EOF
 [ $? -eq 0 ] || exit 2
