@@ -1,56 +1,88 @@
 #!/usr/bin/env bash
-# A GPU slot's checks and measurements in one command, within a time budget: the GPU tier (one
-# parameter set of each check), then bench.gpu's groups. Each step gets what is left of the
-# budget and, cut short, keeps what it finished (both tools write their records as they go).
-# The same command again with the same --out goes on where the last one stopped: a step that
-# finished (exit 0) is not run again. Nothing is downloaded: for a machine without a package
-# registry; this clone is installed into the Python that runs it where that Python does not
-# import it yet (launch/install_clone.sh).
+# A GPU slot's measurements and checks in one command, within a time budget, with what it
+# recorded packed into one archive at the end. Each step gets what is left of the budget and,
+# cut short, keeps what it finished (every tool writes its record as it goes); the archive is
+# written whatever happened. Nothing is downloaded: for a machine without a package registry
+# (Horovod is left out: it needs a build, launch/install_horovod.sh); this clone is installed
+# into the Python that runs it where that Python does not import it yet (install_clone.sh).
 #
-#   bash launch/gpu_session.sh --out DIR --peers PEERS       # within 540 s; again: the rest
-#   bash launch/gpu_session.sh --out DIR --steps causes,loop  # some steps, in this order
-#   bash launch/gpu_session.sh --cpu --out DIR               # the same steps, tiny, on the CPU
-#                                                            # (within 1500 s)
+#   bash launch/gpu_session.sh --wheels gpu-kit/wheels --archive $OUT/gpu-run.tar.gz
+#                                                      # the GPU run: within 8 minutes
+#   bash launch/gpu_session.sh --cpu --archive run.tar.gz      # the same steps, tiny, on a CPU
+#   bash launch/gpu_session.sh --out DIR --steps tier,peers --peers PEERS   # other steps
 #
-# Steps, in this order (--steps picks some and runs them in the order it names them):
-#   tier     bash launch/gpu_check.sh --first-of-each        -> DIR/tier/
-#   scripts  bench.gpu --group scripts: nd.py on synthetic data and on generated JPEGs (the
-#            default loader, --data-backend gpu and dali-gpu where installed), ddp.py on one rank
-#   decode   bench.gpu --group decode: each data backend's input pipeline alone (no model), a
-#            batch ready on the GPU, against the synthetic training rate: the decode capacity
-#   peers    bench.gpu --group peers: nd.py (the default command) end to end against timm's
-#            train.py, one run each in turns, on the scripts' JPEG set (84,480 images at the GPU
-#            sizes: three epochs take several times the runs' start-up) (skipped without
-#            timm's train.py in --peers)
-#   causes   bench.gpu --group causes: where DDP's cost on one GPU and the gap to timm's
-#            compiled benchmark go (timm's benchmark.py from PEERS when it is there)
-#   loop     bench.gpu --group loop,compile: the engine's step against a bare loop
-# The JPEG set that scripts, decode and peers read is made once, beside the tier (CPU work while the
-# tier's checks use the GPU), in DIR/jpegs/.
-# Sized from one H200's times (tier 133 s, scripts 110 s without the set, a peers run's start-up
-# and first step 22-26 s; decode estimated at 1.5 min): tier, scripts and decode fit the default
-# budget and peers starts in what is left; a second call of the same command runs the rest
-# (peers, causes, loop and compile).
-# --peers PEERS: a folder with timm's benchmark.py and train.py (from its repository's root);
-# bench.gpu --group peers --torchvision compares with torchvision's reference too (longer: its
-# runs take 1.5-1.9x ours).
+# The default steps, in this order (--steps picks steps and runs them in the order it names):
+#   step         what (records in DIR)                                              H200, s
+#   (start)      --wheels, install_clone.sh, gpu_check.sh --probe: each GPU          25
+#                decoder decodes a known JPEG on the GPU (DIR/probe.txt)
+#   (JPEG set)   53,760 generated JPEGs at 314-493 px in --data, 16 cores; the       40
+#                decode step waits for it (none when --data holds it already)
+#   decode       bench.gpu --group decode: nd-synthetic (train/nd.py --dummy, the     70
+#                reference), then each input pipeline alone, batches ready on the
+#                GPU: decode-pytorch (default -j), decode-gpu-torchcodec,
+#                decode-gpu-nvimgcodec, decode-dali-gpu/-cpu (gpu_decode.json)
+#   scripts      bench.gpu: train/nd.py on the JPEG set with the default loader     120
+#                (pytorch-loader), --data-backend gpu with each --gpu-decoder
+#                (gpu-decode, gpu-decode-nvimgcodec) and dali-gpu (where DALI
+#                imports), each against nd-synthetic (gpu_scripts.json)
+#   compile      bench.gpu: the same with nvImageCodec and --compile                 75
+#                (gpu-decode-nvimgcodec-compile; target >= 6,000 img/s on an H200)
+#                (gpu_compile.json)
+#   tier-decode  gpu_check.sh decode: the GPU tier's decode checks, every          105
+#                parameter set (DIR/tier-decode/; on the CPU: --cpu --first-of-each)
+#   smi          train/nd.py with -j 8 on the JPEG set; at its first logged          25
+#                intervals, nvidia-smi --query-compute-apps=pid,process_name,
+#                used_memory beside the trainer's pid and its workers' (bench.gpu.
+#                processes: gpu_processes.json; "missing" without nvidia-smi)
+#   (archive)    DIR's records packed into --archive                                  2
+#   total                                                                          462
+# The seconds are estimates from the H100 and H200 records (each train/nd.py run costs about 22
+# s of start-up and end; nd-synthetic 29 s, the pytorch loader 40 s, TorchCodec 61 s on 84,480
+# JPEGs; the JPEG set 58 s for 84,480 on 16 cores). To fit, the loader rows count over 6 log
+# intervals (bench.gpu --loader-window 6, not 10: the JPEG set shrinks in proportion),
+# nd-synthetic is measured once and reused by the later steps (--reuse), and the decode group's
+# pytorch row runs at the default -j only. The default budget is 465 s (480 with the archive).
+# A decoder that gpu_check.sh --probe finds BROKEN or MISSING skips what needs it, saying why:
+# its rows of decode and scripts, the compile step (nvImageCodec), tier-decode (both missing).
 #
-# DIR receives tier/ (gpu_check.sh's record), gpu_STEP.json (bench.gpu's records), bench/STEP/
-# (their runs' output) and session.log (each step's command, exit status and seconds). Back on the
-# development machine: `launch/env.sh python -m imagenet_recipes.bench.regenerate --archive
-# DIR/tier gpu-tier`, and the gpu_*.json files into results/gpu/ (then bench.regenerate).
+# Other steps (not run by default): tier (gpu_check.sh --first-of-each: one parameter set of
+# each check, 133 s on an H200, DIR/tier/), peers (bench.gpu --group peers against timm's
+# train.py in --peers, on the JPEG set), causes (bench.gpu --group causes and ddp-1rank; timm's
+# benchmark.py from --peers when there), loop (bench.gpu --group loop,compile).
+#
+# --out DIR: the records (default: a new folder in $TMPDIR or /tmp). The same command again
+# with the same --out goes on where the last one stopped: a step that finished (exit 0) is not
+# run again. --data DIR: the JPEG set, made there once and reused (default:
+# $TMPDIR/imagenet_recipes-jpegs/gpu, or /cpu with --cpu), never inside DIR.
+# --wheels DIR: wheel files installed first (pip install --no-index --no-deps DIR/*.whl): the
+# GPU decoders a machine without a registry lacks (launch/gpu_kit.sh DIR fetches them into
+# DIR/wheels: TorchCodec, nvImageCodec and nvJPEG, 38.7 MB for Python 3.12).
+# --archive PATH: at the end, DIR's records as one .tar.gz (session.log, probe.txt, gpu_*.json,
+# tier*/ and bench/*/ with the runs' logs and console output; no JPEGs, no checkpoints, no file
+# over 5 MB: those are named in archive-left-out.txt). --budget SECONDS: of the steps (default:
+# 465; with --cpu 840, tiny sizes on 2 cores). --peers PEERS: a folder with timm's
+# benchmark.py and train.py.
+# Back on the development machine: `launch/env.sh python -m imagenet_recipes.bench.regenerate
+# --archive DIR/tier gpu-tier`, and the gpu_*.json files into results/gpu/ (then
+# bench.regenerate).
 # Exit status: 0 when every step that ran exited 0, 1 when one did not, 2 on bad arguments or
 # when gpu_check.sh --probe finds no GPU (or no torch, no pytest, or cannot install the clone).
 set -uo pipefail
+caller="$PWD"
 cd "$(dirname "$0")/.."
 
-all_steps=(tier scripts decode peers causes loop)
-out="" budget="" peers="" cpu=0 steps=()
+all_steps=(decode scripts compile tier-decode smi tier peers causes loop)
+default_steps=(decode scripts compile tier-decode smi)
+out="" budget="" peers="" cpu=0 steps=() archive="" data="" wheels=""
+absolute() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out="${2:?--out needs a folder}"; shift 2 ;;
+    --out) out="$(absolute "${2:?--out needs a folder}")"; shift 2 ;;
+    --archive) archive="$(absolute "${2:?--archive needs a path}")"; shift 2 ;;
+    --data) data="$(absolute "${2:?--data needs a folder}")"; shift 2 ;;
+    --wheels) wheels="$(absolute "${2:?--wheels needs a folder}")"; shift 2 ;;
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
-    --peers) peers="${2:?--peers needs a folder}"; shift 2 ;;
+    --peers) peers="$(absolute "${2:?--peers needs a folder}")"; shift 2 ;;
     --steps) IFS=, read -ra steps <<< "${2:?--steps needs a list}"; shift 2 ;;
     --cpu) cpu=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -58,56 +90,88 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_session: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$out" ] || { echo "gpu_session: --out DIR is required" >&2; exit 2; }
-# The default budget: a GPU slot's 540 s; on the CPU, where the tier alone simulates every check
-# on 2 cores (3-6 minutes), 1500 s
-[ -n "$budget" ] || { [ $cpu -eq 1 ] && budget=1500 || budget=540; }
+[ -n "$out" ] || [ -n "$archive" ] || {
+  echo "gpu_session: --out DIR or --archive PATH is required" >&2; exit 2; }
+# The default budget: 465 s of steps, the archive after, within 8 minutes on a GPU; 840 s on
+# the CPU (2 cores)
+[ -n "$budget" ] || { [ $cpu -eq 1 ] && budget=840 || budget=465; }
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_session: --budget takes whole seconds" >&2; exit 2; }
 for step in "${steps[@]}"; do
   [[ " ${all_steps[*]} " == *" $step "* ]] || {
     echo "gpu_session: unknown step $step; steps: ${all_steps[*]}" >&2; exit 2; }
 done
-[ ${#steps[@]} -gt 0 ] || steps=("${all_steps[@]}")
+[ ${#steps[@]} -gt 0 ] || steps=("${default_steps[@]}")
 [ -z "$peers" ] || [ -d "$peers" ] || { echo "gpu_session: --peers $peers is not a folder" >&2
                                          exit 2; }
+[ -z "$wheels" ] || compgen -G "$wheels/*.whl" > /dev/null || {
+  echo "gpu_session: --wheels $wheels holds no .whl file" >&2; exit 2; }
+case "$archive" in ""|*.tar.gz|*.tgz) ;; *)
+  echo "gpu_session: --archive $archive: a .tar.gz path" >&2; exit 2 ;; esac
+tmp="${TMPDIR:-/tmp}"
+[ -n "$out" ] || out="$(mktemp -d "$tmp/gpu-session.XXXXXX")"
 mkdir -p "$out" && out="$(cd "$out" && pwd)"
-[ -z "$peers" ] || peers="$(cd "$peers" && pwd)"
+[ -n "$data" ] || data="$tmp/imagenet_recipes-jpegs/$([ $cpu -eq 1 ] && echo cpu || echo gpu)"
+case "$data/" in "$out"/*)
+  echo "gpu_session: --data $data is inside --out: the JPEG set stays outside the records" >&2
+  exit 2 ;; esac
 python="${PYTHON:-python3}"
 log="$out/session.log"
 
-# bench.gpu's sizes: ResNet-50 as bench.gpu defaults on a GPU; a check of the composition on
-# the CPU (the tools' own CPU tests measure each unit there).
+# bench.gpu's sizes: ResNet-50 as bench.gpu defaults on a GPU, its loader rows over 6 log
+# intervals (--help: to fit); a check of the composition on the CPU (the tools' own CPU tests
+# measure each unit there).
 if [ $cpu -eq 1 ]; then
-  bench=(--device cpu -a timm/test_resnet --image-size 32 -b 4 --steps 2 --warmup 1 --repeats 2
-         --amp-dtype float16 -j 1)
+  sizes=(--device cpu -a timm/test_resnet --image-size 32 -b 4 --amp-dtype float16)
+  bench=("${sizes[@]}" --steps 2 --warmup 1 --repeats 2 -j 1 --loader-window 6)
   tier=(--cpu)
+  tier_decode=(--cpu --first-of-each)
 else
-  bench=() tier=()
+  sizes=() bench=(--loader-window 6) tier=() tier_decode=()
 fi
 
 peer_file() {  # peer_file PATH: PEERS/PATH when it is there
   [ -n "$peers" ] && [ -f "$peers/$1" ] && echo "$peers/$1"
 }
 timm_benchmark="$(peer_file benchmark.py)" timm_train="$(peer_file train.py)"
-jpegs="$out/jpegs"
+jpegs="$data"
 
-command_of() {  # command_of STEP: the step's command, one word per line; none: skipped
-  # each bench.gpu call its own --out: run names (nd-synthetic, ...) recur between groups
-  local bench=("${bench[@]}" --out "$out/bench/$1")
+# The GPU decoders as the probe found them: "OK: ...", "MISSING: ...", "BROKEN: ..."
+declare -A decoder=()
+decoder_ok() { [[ "${decoder[$1]:-}" == OK* ]]; }
+skip_broken=()  # bench.gpu's rows that decode with a broken decoder: skipped, saying why
+why_skipped() {  # why_skipped STEP: why the step cannot run here (nothing: it can)
   case "$1" in
+    compile) decoder_ok nvimgcodec || echo "nvimgcodec ${decoder[nvimgcodec]:-not probed}" ;;
+    tier-decode) decoder_ok torchcodec || decoder_ok nvimgcodec ||
+                   echo "no GPU decoder works here (torchcodec ${decoder[torchcodec]:-?};" \
+                        "nvimgcodec ${decoder[nvimgcodec]:-?})" ;;
+    peers) [ -n "$timm_train" ] || echo "no peer script in --peers" ;;
+  esac
+}
+
+command_of() {  # command_of STEP: the step's command, one word per line
+  # each bench.gpu call its own --out: run names (nd-synthetic, ...) recur between groups;
+  # nd-synthetic, the reference, measured once (decode) and reused by the later steps
+  local gpu=("$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --out "$out/bench/$1")
+  local reuse=(--reuse "$out/gpu_decode.json" --reuse "$out/gpu_scripts.json")
+  case "$1" in
+    decode) printf '%s\n' "${gpu[@]}" --group decode --decode-workers default \
+              "${skip_broken[@]}" --data "$jpegs" --json "$out/gpu_decode.json" ;;
+    scripts) printf '%s\n' "${gpu[@]}" \
+               --only pytorch-loader,gpu-decode,gpu-decode-nvimgcodec,dali-gpu "${reuse[@]}" \
+               "${skip_broken[@]}" --data "$jpegs" --json "$out/gpu_scripts.json" ;;
+    compile) printf '%s\n' "${gpu[@]}" --only gpu-decode-nvimgcodec-compile "${reuse[@]}" \
+               --data "$jpegs" --json "$out/gpu_compile.json" ;;
+    tier-decode) printf '%s\n' bash launch/gpu_check.sh "${tier_decode[@]}" \
+                   --out "$out/tier-decode" decode ;;
+    smi) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu.processes "${sizes[@]}" -j 8 \
+           --data "$jpegs" --out "$out/bench/smi" --json "$out/gpu_processes.json" ;;
     tier) printf '%s\n' bash launch/gpu_check.sh --first-of-each "${tier[@]}" --out "$out/tier" ;;
-    scripts) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group scripts \
-               --data "$jpegs" --json "$out/gpu_scripts.json" ;;
-    decode) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group decode \
-              --data "$jpegs" --json "$out/gpu_decode.json" ;;
-    loop) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" \
-            --group loop,compile --json "$out/gpu_loop.json" ;;
-    causes) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group causes \
+    loop) printf '%s\n' "${gpu[@]}" --group loop,compile --json "$out/gpu_loop.json" ;;
+    causes) printf '%s\n' "${gpu[@]}" --group causes --only ddp-1rank "${reuse[@]}" \
               ${timm_benchmark:+--timm-benchmark "$timm_benchmark"} --json "$out/gpu_causes.json" ;;
-    peers) [ -n "$timm_train" ] || return 0
-           printf '%s\n' "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --group peers \
-             --timm "$timm_train" --peers-data "$jpegs" --peers-only "nd fast" \
-             --peers-repeats 1 --json "$out/gpu_peers.json" ;;
+    peers) printf '%s\n' "${gpu[@]}" --group peers --timm "$timm_train" --peers-data "$jpegs" \
+             --peers-only "nd fast" --peers-repeats 1 --json "$out/gpu_peers.json" ;;
   esac
 }
 
@@ -115,25 +179,74 @@ note() { echo "gpu_session: $*" | tee -a "$log"; }
 finished() {  # finished STEP: an earlier call with this --out ran STEP to its end
   grep -q "^gpu_session: $1: exit 0 after" "$log" 2>/dev/null
 }
+
+# The archive: every file of DIR but JPEGs, checkpoints and files over 5 MB (named in
+# archive-left-out.txt), written at the end whatever happened before
+jpegs_pid=""
+write_archive() {
+  [ -n "$archive" ] || return 0
+  local inside="" list
+  case "$archive" in "$out"/*) inside="./${archive#"$out"/}" ;; esac
+  list="$(mktemp)"
+  (cd "$out" && find . -type f \( -iname '*.jpg' -o -iname '*.jpeg' -o -name '*.pth' \
+      -o -name '*.pt' -o -size +5M \) ! -path "$inside" -printf '%s\t%p\n' | sort -k2 \
+      > archive-left-out.txt
+   find . -type f ! -iname '*.jpg' ! -iname '*.jpeg' ! -name '*.pth' ! -name '*.pt' \
+      ! -size +5M ! -path "$inside" ! -path "$inside.partial" -print0 | sort -z) > "$list"
+  mkdir -p "$(dirname "$archive")"
+  if tar -czf "$archive.partial" -C "$out" --null -T "$list" && mv "$archive.partial" "$archive"
+  then
+    echo "gpu_session: archive $archive ($(stat -c %s "$archive") bytes, $(tr -cd '\0' \
+      < "$list" | wc -c) files; left out: $(wc -l < "$out/archive-left-out.txt"))"
+  else
+    echo "gpu_session: the archive $archive could not be written" >&2
+  fi
+  rm -f "$list"
+}
+step_pid=""
+at_exit() {
+  [ -z "$jpegs_pid" ] || kill "$jpegs_pid" 2>/dev/null
+  if [ -n "$step_pid" ]; then  # stopped from outside: the step's group ends (timeout passes
+    kill -TERM "$step_pid" 2>/dev/null  # the signal on, and kills it 20 s later)
+    wait "$step_pid"
+  fi
+  write_archive
+}
+trap at_exit EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
 deadline=$((SECONDS + budget)) failed=()
-note "budget $budget s; steps ${steps[*]}; records in $out"
+note "budget $budget s; steps ${steps[*]}; records in $out; JPEG set in $jpegs"
 # What the machine has (and this clone's package installed into that Python where it is not
-# yet); no GPU, no torch or no pytest: nothing to do here.
-bash launch/gpu_check.sh --probe "${tier[@]}" 2>&1 | tee -a "$log"
+# yet), each GPU decoder decoding a known JPEG; no GPU, no torch or no pytest: nothing to do.
+command -v nvidia-smi > /dev/null && nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+if [ -n "$wheels" ]; then  # the decoders' wheels, from files only (a system Python: PEP 668)
+  note "installing $(cd "$wheels" && echo *.whl) (pip install --no-index --no-deps)"
+  pip_wheels() { "$python" -m pip install --quiet --disable-pip-version-check --no-index \
+                   --no-deps "$@" "$wheels"/*.whl; }
+  pip_wheels 2>"$out/wheels.log" || pip_wheels --break-system-packages 2>>"$out/wheels.log" ||
+    note "the wheels could not be installed ($out/wheels.log); the probe says what is missing"
+fi
+bash launch/gpu_check.sh --probe "${tier[@]}" 2>&1 | tee "$out/probe.txt" | tee -a "$log"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { note "the machine check stopped the session (exit $rc)"; exit 2; }
+while read -r name state; do
+  decoder[$name]="$state"
+  [[ "$state" == BROKEN* ]] && skip_broken+=(--skip-decoder "$name=${state#BROKEN: }")
+done < <(sed -n 's/^gpu_check: decoder \([a-z]*\) *\(.*\)$/\1 \2/p' "$out/probe.txt")
 
-# The JPEG set of scripts, decode and peers, made in the background from here (beside the tier),
-# within the budget; the first step that reads it waits for it.
-jpegs_pid=""
+# The JPEG set, made in the background from here, within the budget; the first step that reads
+# it waits for it.
 for step in "${steps[@]}"; do
-  if [[ $step =~ ^(scripts|decode|peers)$ ]] && ! finished "$step" && [ -z "$jpegs_pid" ]; then
+  if [[ $step =~ ^(scripts|decode|compile|smi|peers)$ ]] && ! finished "$step" &&
+     [ -z "$jpegs_pid" ]; then
     timeout "$budget" "$python" -m imagenet_recipes.bench.gpu "${bench[@]}" --prepare-data \
       --data "$jpegs" > "$out/jpegs.log" 2>&1 &
     jpegs_pid=$!
-    trap 'kill $jpegs_pid 2>/dev/null' EXIT
   fi
 done
+jpegs_failed=0
 jpegs_ready() {
   [ -n "$jpegs_pid" ] || return 0
   wait "$jpegs_pid"
@@ -143,22 +256,21 @@ jpegs_ready() {
   note "the JPEG set could not be made (exit $rc; $out/jpegs.log)"
   jpegs_failed=1
 }
-jpegs_failed=0
 
 for step in "${steps[@]}"; do
   if finished "$step"; then
     note "$step: finished in an earlier call with this --out"; continue
   fi
+  why="$(why_skipped "$step")"
+  if [ -n "$why" ]; then
+    note "$step: skipped ($why)"; continue
+  fi
   mapfile -t cmd < <(command_of "$step")
-  left=$((deadline - SECONDS))
-  if [ ${#cmd[@]} -eq 0 ]; then
-    note "$step: skipped (no peer script in --peers)"; continue
-  fi
-  if [[ $step =~ ^(scripts|decode|peers)$ ]]; then
+  if [[ $step =~ ^(scripts|decode|compile|smi|peers)$ ]]; then
     jpegs_ready
-    [ $jpegs_failed -eq 0 ] || { failed+=("$step"); continue; }
-    left=$((deadline - SECONDS))
+    [ $jpegs_failed -eq 0 ] || { note "$step: not run, no JPEG set"; failed+=("$step"); continue; }
   fi
+  left=$((deadline - SECONDS))
   if [ $left -le 10 ]; then
     note "$step: not run, the budget is spent"; continue
   fi
@@ -168,8 +280,13 @@ for step in "${steps[@]}"; do
   # signals the step's whole process group (pytest, bench.gpu and what they started).
   group_limit=${GPU_CHECK_GROUP_LIMIT:-420}
   [ "$left" -ge "$group_limit" ] || group_limit=$left
-  GPU_CHECK_GROUP_LIMIT=$group_limit timeout --kill-after=20 "$left" "${cmd[@]}"
+  # In the background and waited for, so that a TERM or INT to the session is handled at once:
+  # the step stopped, the archive written.
+  GPU_CHECK_GROUP_LIMIT=$group_limit timeout --kill-after=20 "$left" "${cmd[@]}" &
+  step_pid=$!
+  wait "$step_pid"
   rc=$?
+  step_pid=""
   cut=$([ $rc -eq 124 ] && echo ", cut at the budget")
   note "$step: exit $rc after $((SECONDS - start)) s$cut"
   [ $rc -eq 0 ] || failed+=("$step")
@@ -178,4 +295,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   note "steps that did not exit 0: ${failed[*]}"
   exit 1
 fi
-note "done"
+note "done in $SECONDS s"

@@ -1,11 +1,18 @@
-"""launch/gpu_session.sh: which commands it runs, in what order, and how it keeps to its time
-budget. A stand-in Python ($PYTHON) records every command it is given, so the composition is
+"""launch/gpu_session.sh: which commands it runs, in what order, how it keeps to its time
+budget, what a decoder the probe finds broken skips, and the archive it writes whatever
+happened. A stand-in Python ($PYTHON) records every command it is given, so the composition is
 checked exactly and in seconds; the commands themselves are the GPU tier's and bench.gpu's,
-tested on their own (test_gpu_tier.py, test_bench_gpu.py)."""
+tested on their own (test_gpu_tier.py, test_bench_gpu.py), and the whole run for real from a
+fresh clone on the CPU (test_fresh_machine.py)."""
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
+import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -14,40 +21,194 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Records its arguments (and the tier's --first-of-each and group limit); sleeps where
 # FAKE_SLOW names the group. Asked where it imports imagenet_recipes from (outside the clone,
-# launch/install_clone.sh), it names the clone: installed.
+# launch/install_clone.sh), it names the clone: installed. As gpu_check.sh --probe's Python
+# (the script on stdin, then the device and 1), it prints FAKE_DECODERS: the decoders' lines.
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$* | first=${GPU_TIER_FIRST_OF_EACH:-0} limit=${GPU_CHECK_GROUP_LIMIT:-unset}" \
     >> "$FAKE_LOG"
 case "$*" in "-P -c import pathlib, imagenet_recipes"*) echo "$FAKE_CLONE" ;; esac
+case "$*" in "- "*" 1") printf '%s' "$FAKE_DECODERS" ;; esac
 case "$*" in *"--group ${FAKE_SLOW:-none} "*) exec sleep 60 ;; esac
 exit 0
 """
+DECODERS_OK = ("gpu_check: decoder torchcodec OK: torchcodec: decodes on cuda:0\n"
+               "gpu_check: decoder nvimgcodec OK: nvimgcodec: decodes on cuda:0\n")
 
 
-def session(tmp_path: Path, *args: str, slow: str = "none") -> tuple:
+def session_env(tmp_path: Path, slow: str = "none", decoders: str = DECODERS_OK) -> dict:
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "PYTHON": str(fake), "FAKE_LOG": str(calls), "FAKE_SLOW": slow,
-           "FAKE_CLONE": str(REPO.resolve())}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHON": str(fake), "FAKE_LOG": str(tmp_path / "calls.txt"),
+           "FAKE_SLOW": slow, "FAKE_CLONE": str(REPO.resolve()), "FAKE_DECODERS": decoders,
+           "TMPDIR": str(tmp_path / "tmp")}
     env.pop("GPU_CHECK_GROUP_LIMIT", None)
-    proc = subprocess.run(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "out"),
-                           *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return env
+
+
+def session(tmp_path: Path, *args: str, slow: str = "none", decoders: str = DECODERS_OK,
+            out: bool = True) -> tuple:
+    """gpu_session.sh ARGS (--out tmp_path/out unless `out` is False) with the stand-in
+    Python -> (the process, the commands the stand-in was given)."""
+    env = session_env(tmp_path, slow, decoders)
+    proc = subprocess.run(["bash", "launch/gpu_session.sh",
+                           *(["--out", str(tmp_path / "out")] if out else []), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    calls = tmp_path / "calls.txt"
     lines = calls.read_text().splitlines() if calls.exists() else []
     return proc, lines
 
 
-@pytest.mark.slow
-def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path):
-    peers = tmp_path / "peers"
-    (peers / "vision/references/classification").mkdir(parents=True)
-    for name in ("benchmark.py", "train.py", "vision/references/classification/train.py"):
-        (peers / name).write_text("")
-    proc, calls = session(tmp_path, "--peers", str(peers))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def bench_calls(calls) -> list:
+    return [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c]
+
+
+
+GPU = "-m imagenet_recipes.bench.gpu --loader-window 6"
+
+
+def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path):
     out = tmp_path / "out"
+    # what the steps leave beside their records: checkpoints, a JPEG, a large file
+    (out / "bench/decode/runs/x").mkdir(parents=True)
+    (out / "bench/decode/runs/x/model_best.pth").write_bytes(b"0" * 100)
+    (out / "bench/decode/runs/x/log.jsonl").write_text("{}\n")
+    (out / "stray.JPEG").write_bytes(b"0")
+    (out / "big.events").write_bytes(b"0" * (6 << 20))
+    archive = tmp_path / "back/gpu-run.tar.gz"
+    proc, calls = session(tmp_path, "--archive", str(archive))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the JPEG set outside the records, in $TMPDIR
+    jpegs = tmp_path / "tmp/imagenet_recipes-jpegs/gpu"
+    reuse = f"--reuse {out}/gpu_decode.json --reuse {out}/gpu_scripts.json"
+    assert bench_calls(calls) == [
+        f"{GPU} --prepare-data --data {jpegs}",
+        f"{GPU} --out {out}/bench/decode --group decode --decode-workers default "
+        f"--data {jpegs} --json {out}/gpu_decode.json",
+        f"{GPU} --out {out}/bench/scripts --only "
+        f"pytorch-loader,gpu-decode,gpu-decode-nvimgcodec,dali-gpu {reuse} --data {jpegs} "
+        f"--json {out}/gpu_scripts.json",
+        f"{GPU} --out {out}/bench/compile --only gpu-decode-nvimgcodec-compile {reuse} "
+        f"--data {jpegs} --json {out}/gpu_compile.json",
+        f"-m imagenet_recipes.bench.gpu.processes -j 8 --data {jpegs} --out {out}/bench/smi "
+        f"--json {out}/gpu_processes.json"]
+    # the tier's decode group, every parameter set, between compile and smi
+    tier, = [i for i, c in enumerate(calls) if "-m pytest" in c]
+    assert "tests/gpu/test_gpu_decode.py" in calls[tier] and " first=0 " in calls[tier]
+    compile_, = [i for i, c in enumerate(calls) if "--only gpu-decode-nvimgcodec-compile" in c]
+    smi, = [i for i, c in enumerate(calls) if "bench.gpu.processes" in c]
+    assert compile_ < tier < smi
+    log = (out / "session.log").read_text()
+    assert "steps decode scripts compile tier-decode smi" in log
+    assert log.rstrip().rsplit("\n", 1)[1].startswith("gpu_session: done in ")
+
+    with tarfile.open(archive) as tar:
+        names = sorted(n.removeprefix("./") for n in tar.getnames())
+    assert {"session.log", "probe.txt", "jpegs.log", "archive-left-out.txt",
+            "bench/decode/runs/x/log.jsonl"} <= set(names), names
+    assert not [n for n in names if n.endswith((".pth", ".JPEG", ".events"))], names
+    left_out = (out / "archive-left-out.txt").read_text()
+    for name in ("model_best.pth", "stray.JPEG", "big.events"):
+        assert name in left_out, left_out
+    assert f"gpu_session: archive {archive} (" in proc.stdout
+
+
+def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
+    broken = ("gpu_check: decoder torchcodec OK: torchcodec: decodes on cuda:0\n"
+              "gpu_check: decoder nvimgcodec BROKEN: nvImageCodec cannot decode on cuda:0 "
+              "(CUDA error 35): pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'\n")
+    archive = tmp_path / "gpu-run.tar.gz"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torchcodec-0.17.0-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    # no --out: the records in a new folder of $TMPDIR, packed into the archive
+    proc, calls = session(tmp_path, "--archive", str(archive), "--wheels", str(wheels),
+                          decoders=broken, out=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the wheels installed first, from the files alone, before the probe
+    assert calls[0].split(" | ")[0] == (
+        "-m pip install --quiet --disable-pip-version-check --no-index --no-deps "
+        f"{wheels}/torchcodec-0.17.0-cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert calls[1].startswith("- cuda 1")
+    skip = ("--skip-decoder nvimgcodec=nvImageCodec cannot decode on cuda:0 (CUDA error 35): "
+            "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'")
+    bench = bench_calls(calls)
+    assert [c for c in bench if skip in c] == [c for c in bench if "--group decode" in c
+                                               or "--only pytorch-loader" in c]
+    assert len([c for c in bench if skip in c]) == 2
+    assert not [c for c in bench if "nvimgcodec-compile" in c]
+    assert [c for c in calls if "test_gpu_decode.py" in c]  # TorchCodec's checks still run
+    with tarfile.open(archive) as tar:
+        log = tar.extractfile("./session.log").read().decode()
+    assert ("compile: skipped (nvimgcodec BROKEN: nvImageCodec cannot decode on cuda:0 (CUDA "
+            "error 35)") in log
+    assert "tier-decode: exit 0" in log and "smi: exit 0" in log
+
+    # neither decoder: the compile step and the tier's decode checks skipped, the rest runs
+    missing = ("gpu_check: decoder torchcodec MISSING: torchcodec is not installed\n"
+               "gpu_check: decoder nvimgcodec MISSING: nvidia.nvimgcodec is not installed\n")
+    proc, _ = session(tmp_path, "--archive", str(archive), decoders=missing)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = (tmp_path / "out/session.log").read_text()
+    assert "compile: skipped (nvimgcodec MISSING: nvidia.nvimgcodec is not installed)" in log
+    assert "tier-decode: skipped (no GPU decoder works here" in log
+    assert "decode: exit 0" in log and "smi: exit 0" in log
+
+
+@pytest.mark.slow
+def test_stopped_from_outside_it_ends_the_step_and_still_writes_the_archive(tmp_path):
+    env = session_env(tmp_path, slow="decode")
+    archive = tmp_path / "gpu-run.tar.gz"
+    proc = subprocess.Popen(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "out"),
+                             "--archive", str(archive)], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    calls = tmp_path / "calls.txt"
+    deadline = time.monotonic() + 60
+    while "--group decode" not in (calls.read_text() if calls.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    time.sleep(1)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=40)[0]
+    assert proc.returncode == 143, output
+    assert time.monotonic() - started < 15, "the step was not stopped at once"
+    assert archive.is_file(), output
+    with tarfile.open(archive) as tar:
+        log = tar.extractfile("./session.log").read().decode()
+    assert "decode: " in log and "scripts" not in log.split("decode: ", 1)[1]
+    # the step's process (the stand-in's sleep) is gone
+    sleeping = [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                and _environ_has(p, f"FAKE_LOG={calls}") and _cmdline(p) == "sleep 60"]
+    assert not sleeping
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _environ_has(proc: Path, item: str) -> bool:
+    try:
+        return item.encode() in (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_other_steps_run_as_named_with_the_peers_scripts_found(tmp_path):
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    for name in ("benchmark.py", "train.py"):
+        (peers / name).write_text("")
+    steps = "tier,peers,causes,loop"
+    proc, calls = session(tmp_path, "--steps", steps, "--peers", str(peers),
+                          "--data", str(tmp_path / "jpegs"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out, jpegs = tmp_path / "out", tmp_path / "jpegs"
     # the machine check first (its Python reads the probe from stdin) and where the package
     # imports from (launch/install_clone.sh), then the same in the tier, then the tier's groups
     # (side by side, so in any order), one parameter set of each check
@@ -57,33 +218,29 @@ def test_it_runs_the_tier_then_the_groups_with_the_peers_scripts_found(tmp_path)
     assert sorted(c.split("tests/gpu/test_gpu_")[1].split(".py")[0] for c in tier) == sorted([
         "entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "decode", "nccl"])
     assert all(" first=1 " in c for c in tier)
-    # each group stops itself within what is left of the 540 s budget
+    # each group stops itself within what is left of the budget
     assert all(0 < int(c.rsplit("limit=", 1)[1]) <= 420 for c in tier)
-    bench = [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c]
-    # the JPEG set first, in the background beside the tier, at the size of the scripts' rows
-    assert bench[0] == f"-m imagenet_recipes.bench.gpu --prepare-data --data {out}/jpegs"
+    bench = bench_calls(calls)
+    # the JPEG set first, in the background beside the tier
+    assert bench[0] == f"{GPU} --prepare-data --data {jpegs}"
     assert calls.index(tier[-1]) < calls.index(next(c for c in calls if "--group" in c))
+    reuse = f"--reuse {out}/gpu_decode.json --reuse {out}/gpu_scripts.json"
     assert bench[1:] == [
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench/scripts --group scripts "
-        f"--data {out}/jpegs --json {out}/gpu_scripts.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench/decode --group decode "
-        f"--data {out}/jpegs --json {out}/gpu_decode.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench/peers --group peers "
-        f"--timm {peers}/train.py --peers-data {out}/jpegs --peers-only nd fast "
-        f"--peers-repeats 1 --json {out}/gpu_peers.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench/causes --group causes "
+        f"{GPU} --out {out}/bench/peers --group peers --timm {peers}/train.py "
+        f"--peers-data {jpegs} --peers-only nd fast --peers-repeats 1 "
+        f"--json {out}/gpu_peers.json",
+        f"{GPU} --out {out}/bench/causes --group causes --only ddp-1rank {reuse} "
         f"--timm-benchmark {peers}/benchmark.py --json {out}/gpu_causes.json",
-        f"-m imagenet_recipes.bench.gpu --out {out}/bench/loop --group loop,compile "
-        f"--json {out}/gpu_loop.json"]
+        f"{GPU} --out {out}/bench/loop --group loop,compile --json {out}/gpu_loop.json"]
     log = (out / "session.log").read_text()
-    assert "steps tier scripts decode peers causes loop" in log and log.rstrip().endswith("done")
-    assert "JPEG set ready" in log
+    assert "steps tier peers causes loop" in log and "JPEG set ready" in log
 
     # the same command again: every step finished, none runs again
-    proc, again = session(tmp_path, "--peers", str(peers))
+    proc, again = session(tmp_path, "--steps", steps, "--peers", str(peers),
+                          "--data", str(tmp_path / "jpegs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [c for c in again[len(calls):] if "-m pytest" in c or "bench.gpu" in c]
-    assert proc.stdout.count("finished in an earlier call with this --out") == 6
+    assert proc.stdout.count("finished in an earlier call with this --out") == 4
 
 
 @pytest.mark.slow
@@ -106,9 +263,45 @@ def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
 
 
 def test_bad_arguments_exit_2_naming_them(tmp_path):
-    for args, message in ((["--steps", "tier,bogus"], "unknown step bogus"),
-                          (["--budget", "ten"], "--budget takes whole seconds"),
-                          (["--peers", str(tmp_path / "none")], "is not a folder")):
-        proc = subprocess.run(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "o"),
-                               *args], cwd=REPO, capture_output=True, text=True, timeout=30)
+    out = str(tmp_path / "o")
+    for args, message in ((["--out", out, "--steps", "tier,bogus"], "unknown step bogus"),
+                          (["--out", out, "--budget", "ten"], "--budget takes whole seconds"),
+                          (["--out", out, "--peers", str(tmp_path / "none")], "is not a folder"),
+                          ([], "--out DIR or --archive PATH is required"),
+                          (["--archive", str(tmp_path / "a.zip")], "a .tar.gz path"),
+                          (["--out", out, "--data", f"{out}/jpegs"], "is inside --out"),
+                          (["--out", out, "--wheels", str(tmp_path)], "holds no .whl file")):
+        proc = subprocess.run(["bash", "launch/gpu_session.sh", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+
+
+@pytest.mark.slow
+def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
+    """gpu_check.sh --probe (the session's first look at the machine): a line per GPU decoder,
+    OK with where its pixels ended up; one whose library fails to load is BROKEN with the
+    cause, and the probe still exits 0 (the session skips what needs it)."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for decoder in ("torchcodec", "nvimgcodec"):
+        assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*CPU", proc.stdout, re.M), \
+            proc.stdout
+    # nvImageCodec present but its library missing, as on a machine without nvJPEG
+    shadow = tmp_path / "shadow/nvidia/nvimgcodec"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        'raise OSError("libnvjpeg.so.13: cannot open shared object file")\n')
+    # nvidia/ first on the path, the installed one's modules after it (a regular package
+    # elsewhere would win over a folder without __init__.py)
+    (shadow.parent / "__init__.py").write_text(
+        "import pkgutil\n__path__ = pkgutil.extend_path(__path__, __name__)\n")
+    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu"], cwd=REPO,
+                          env={**env, "PYTHONPATH": str(tmp_path / "shadow")},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line, = [x for x in proc.stdout.splitlines() if x.startswith("gpu_check: decoder nvimgcodec")]
+    assert " BROKEN: " in line and "libnvjpeg.so.13" in line, line
+    assert re.search(r"^gpu_check: decoder torchcodec +OK", proc.stdout, re.M)
