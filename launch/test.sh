@@ -85,7 +85,10 @@ fi
 status=0
 began=$SECONDS
 echo "launch/test.sh: == suite =="
-launch/env.sh python -m pytest -q --durations=30 -n 2 --dist loadgroup "$@" || status=$?
+# --strict-skips: a skip that tests/strict_skips.py does not declare (a component that did not
+# install, a test that stopped running) fails the run, as does a requirement that does not import
+launch/env.sh python -m pytest -q --durations=30 -n 2 --dist loadgroup --strict-skips "$@" \
+  || status=$?
 phases+=("suite $((SECONDS - began))")
 summary
 exit "$status"

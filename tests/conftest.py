@@ -33,6 +33,9 @@ from PIL import Image  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
+# --strict-skips (launch/test.sh): undeclared skips and requirements that do not import fail
+from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
 # Run with -m (script_command): DDP with local SGD, an experiment; train/ps.py with
