@@ -60,8 +60,9 @@
 # --archive PATH: at the end, DIR's records as one .tar.gz (session.log, probe.txt, gpu_*.json,
 # tier*/ and bench/*/ with the runs' logs and console output; no JPEGs, no checkpoints, no file
 # over 5 MB: those are named in archive-left-out.txt). --budget SECONDS: of the steps (default:
-# 465; with --cpu 840, tiny sizes on 2 cores). --peers PEERS: a folder with timm's
-# benchmark.py and train.py.
+# 465; with --cpu 840: at tiny sizes the default steps took 270 s on 2 cores from a fresh
+# clone, for an archive of 31 kB). --peers PEERS: a folder with timm's benchmark.py and
+# train.py.
 # Back on the development machine: `launch/env.sh python -m imagenet_recipes.bench.regenerate
 # --archive DIR/tier gpu-tier`, and the gpu_*.json files into results/gpu/ (then
 # bench.regenerate).
