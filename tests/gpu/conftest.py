@@ -171,8 +171,9 @@ def pytest_runtest_makereport(item, call):
         detail = "; ".join(text for key, text in item.user_properties if key == "saw")
     gpu_tier.append("checks.jsonl", {
         "kind": "check", "check": item.nodeid.split("::", 1)[-1], "group": group_of(item),
+        # milliseconds: a check on a GPU (or simulated on small data) can take a few
         "status": status, "seconds": round(time.perf_counter() - _current.get(
-            "start", time.perf_counter()), 1), "detail": detail[:2000],
+            "start", time.perf_counter()), 3), "detail": detail[:2000],
         "numbers": dict(v for k, v in item.user_properties if k == "number")})
 
 
