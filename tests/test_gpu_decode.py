@@ -1,7 +1,8 @@
 """`--data-backend gpu` on the CPU: TorchCodec decodes in the training process, one roi_align
 crops and resizes the batch. Against the `pytorch` backend: the same samples in the same order
 on each rank, the same crop boxes and flips, images within the resize's tolerance; damaged files
-decoded or skipped and counted alike; real runs, a 2-rank one and an exact mid-epoch resume.
+decoded or skipped and counted alike; real runs and a 2-rank one (its exact mid-epoch resume
+is tests/test_fault_tolerance.py's, for each backend).
 
 The tolerance: the two backends cut the same box out of the same decoded pixels (libjpeg-turbo
 in both on a CPU), but resize it differently. Enlarging, roi_align's single bilinear sample per
