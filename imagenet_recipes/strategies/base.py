@@ -16,16 +16,23 @@ import torch.nn as nn
 
 from ..config import TrainConfig, UsageError
 from ..data.sampling import Shard
+from ..gpu_expected import refusal, why_no_cuda
 from ..precision import Precision
 from ..runlog import console
 
 
 def pick_device(requested: str, local_rank: int = 0, share_gpus: bool = False) -> torch.device:
-    """CUDA if present (or asked for), else CPU; a GPU request on a GPU-less host is an error.
+    """CUDA if present (or asked for), else CPU; a GPU request on a GPU-less host is an error,
+    and so is `auto` where the job was given GPUs that torch cannot use (gpu_expected.py).
     `share_gpus`: local ranks beyond the GPU count wrap around onto the same GPUs."""
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was requested but no CUDA GPU is visible "
-                         "(check CUDA_VISIBLE_DEVICES / the driver), or use --device cpu")
+        cause, fix = why_no_cuda(torch)
+        raise UsageError(f"--device cuda was requested but torch cannot use CUDA: {cause}. "
+                         f"Fix: {fix}; or --device cpu")
+    if requested == "auto":
+        refused = refusal(torch)
+        if refused:
+            raise UsageError(refused)
     if requested == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     if share_gpus:
@@ -83,6 +90,9 @@ class Strategy:
         self.device = pick_device(self.device_request, self.local_rank, self.share_gpus)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        elif self.device_request == "auto" and self.is_main():
+            console("=> no CUDA GPU here: training on the CPU (--device cpu chooses it without "
+                    "this note)")
         self.precision.bind(self.device, notice=console if self.is_main() else _silent)
         return self.device
 
