@@ -66,10 +66,7 @@ class TrainConfig:
              "images) or nvimgcodec (nvImageCodec: only each crop's region, with the GPU's "
              "hardware JPEG decoder where it has one); libjpeg-turbo on a CPU run"))
     gpu_hw_decoder_load: float = field(default=0.65, metadata=opt(
-        DATA, "--gpu-hw-decoder-load",
-        help="--data-backend gpu --gpu-decoder nvimgcodec: the share of each batch that the "
-             "GPU's hardware JPEG decoder takes (A100, H100, H200), the CUDA decoder the rest "
-             "(DALI's default, as --dali-hw-decoder-load)"))
+        DATA, "--gpu-hw-decoder-load", help="--gpu-decoder nvimgcodec: as --dali-hw-decoder-load"))
     dali_hw_decoder_load: float = field(default=0.65, metadata=opt(
         DATA, "--dali-hw-decoder-load",
         help="--data-backend dali-gpu: the share of each batch that the GPU's hardware JPEG "
@@ -195,6 +192,13 @@ class TrainConfig:
         OPTIMIZATION, "--grad-accum", "--batches-per-allreduce",
         help="micro-batches accumulated per optimizer step (Horovod's name: batches per "
              "all-reduce)", needs=ENGINE_LOOP))
+    global_batch: Optional[str] = field(default=None, metadata=opt(
+        OPTIMIZATION, "--global-batch", metavar="N|published", needs=ENGINE_LOOP,
+        help="this global batch on any number of processes: -b is the most per process, "
+             "--grad-accum the rest (published: the --config preset's)"))
+    allow_large_batch: bool = field(default=False, metadata=opt(
+        OPTIMIZATION, "--allow-large-batch", help="a preset at over 4x its published global "
+        "batch without LARS/LAMB (refused otherwise: not what the recipe was validated at)"))
     steps_per_epoch: int = field(default=0, metadata=opt(
         OPTIMIZATION, "--steps-per-epoch",
         help="cap optimizer steps per epoch (0: the whole epoch); for benchmarks and sweeps"))

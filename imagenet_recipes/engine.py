@@ -24,7 +24,8 @@ from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, load_command
 from .optim import build_optimizer
-from .presets import scaling_note
+from .presets import (global_batch_target, large_batch_refusal, scaling_note,
+                      split_global_batch)
 from .progress import RunClock, duration
 from .registry import ENTRIES
 from .runlog import RunLog, console
@@ -72,6 +73,14 @@ class Trainer:
             make_deterministic()
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
+        target = global_batch_target(cfg)
+        if target is not None:  # --global-batch: -b and --grad-accum from the process count
+            cfg.batch_size, cfg.grad_accum = split_global_batch(target, strategy.world_size,
+                                                                cfg.batch_size)
+        global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
+        too_large = large_batch_refusal(cfg, global_batch, scaled_lr(cfg, global_batch))
+        if too_large:
+            raise UsageError(too_large)
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
             cfg, strategy.data_shard(), self.device)
         resume_state = self._load_resume_state(self.num_classes)

@@ -19,7 +19,7 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import UsageError
 
@@ -164,6 +164,57 @@ def scaling_note(cfg, world_size: int, global_batch: int, lr: float) -> List[str
                      f"add --grad-accum {int(accumulate)}")
     return lines
 
+
+
+# Beyond this multiple of a preset's published global batch, momentum SGD is outside what the
+# recipe was validated at: the published large-batch recipes get there with their own warm-up
+# and schedule (Goyal et al.'s 8k, the goyal_8k preset) or with LARS / LAMB
+LARGE_BATCH_FACTOR = 4
+LARGE_BATCH_OPTIMIZERS = ("lars", "lamb")
+
+
+def global_batch_target(cfg) -> Optional[int]:
+    """--global-batch as a number of images (published: the preset's); None without it."""
+    if cfg.global_batch is None:
+        return None
+    if cfg.global_batch != "published":
+        if not cfg.global_batch.isdigit() or int(cfg.global_batch) <= 0:
+            raise UsageError(f"--global-batch takes a positive number of images or 'published', "
+                             f"got {cfg.global_batch!r}")
+        return int(cfg.global_batch)
+    ref = reference_of(cfg.config)
+    if not ref:
+        raise UsageError("--global-batch published needs a --config preset with a published "
+                         "run ([reference] with global_batch); give a number instead")
+    return int(ref["global_batch"])
+
+
+def split_global_batch(target: int, world_size: int, most_per_process: int) -> Tuple[int, int]:
+    """(-b, --grad-accum) that make `target` images per step on `world_size` processes with at
+    most `most_per_process` images in one forward pass: the fewest micro-batches that fit."""
+    if target % world_size:
+        raise UsageError(f"--global-batch {target} does not divide among {world_size} processes: "
+                         f"use a multiple of {world_size}")
+    per_process = target // world_size
+    accumulate = max(1, math.ceil(per_process / most_per_process))
+    while per_process % accumulate:
+        accumulate += 1
+    return per_process // accumulate, accumulate
+
+
+def large_batch_refusal(cfg, global_batch: int, lr: float) -> Optional[str]:
+    """Why a preset is not trained at `global_batch` (more than LARGE_BATCH_FACTOR x its published
+    one with an optimizer that was not made for it), or None."""
+    ref = reference_of(cfg.config)
+    if (not ref or cfg.allow_large_batch or cfg.optimizer in LARGE_BATCH_OPTIMIZERS
+            or global_batch <= LARGE_BATCH_FACTOR * ref["global_batch"]):
+        return None
+    return (f"global batch {global_batch} is {global_batch / ref['global_batch']:.2f}x the "
+            f"published {ref['global_batch']} of {ref.get('name', cfg.config)} (peak lr "
+            f"{lr:.4g} by the linear rule): outside what the recipe was validated at, and "
+            f"momentum SGD that far beyond it needs a recipe of its own (goyal_8k's warm-up, or "
+            f"--opt lars / lamb). Keep the recipe on any number of processes with --global-batch "
+            f"published; or --allow-large-batch to train at {global_batch} anyway")
 
 
 # What decides the score of a checkpoint: `-e --resume CHECKPOINT` takes these from the run that

@@ -149,7 +149,8 @@ def test_the_engine_package_has_no_import_cycle():
 # never for a tool, the product and its tools never for an experiment, nothing but the lab for a
 # study: ARCHITECTURE.md, "Product, tools, lab").
 LAYERS = (
-    ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "peer_flags", "presets",
+    ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "gpu_expected",
+                     "peer_flags", "presets",
                      "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
     ("config", ("config",)),

@@ -4,13 +4,13 @@ requirements.txt that does not import stops the run before any test, naming it; 
 pass. Each in a pytest of its own, on a planted test file."""
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import TESTS
+from conftest import REPO, TESTS
 from strict_skips import EXPECTED_SKIPS, expected, requirements
 
 PLANTED = '''
@@ -24,16 +24,23 @@ def test_needs_a_piece():
 '''
 
 
-def strict_pytest(folder, *args, path=()) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path), str(TESTS)])}
+def strict_pytest(folder, *args) -> subprocess.CompletedProcess:
+    """pytest --strict-skips in `folder`/tests/, beside a copy of the plugin and, one folder up,
+    of requirements.txt (where the plugin reads it), as the repository has them. `python -m`
+    puts the folder first on the path: the plugin, and any package planted there, import."""
+    tests = folder / "tests"
+    tests.mkdir(exist_ok=True)
+    shutil.copy(TESTS / "strict_skips.py", tests)
+    shutil.copy(REPO / "requirements.txt", folder)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "strict_skips", "-p",
                            "no:cacheprovider", "--strict-skips", "-n", "2", *args],
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tests, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
 def test_an_undeclared_skip_fails_the_run_naming_the_test_and_the_missing_piece(tmp_path):
-    (tmp_path / "test_planted.py").write_text(PLANTED)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_planted.py").write_text(PLANTED)
     strict = strict_pytest(tmp_path, "test_planted.py")
     assert strict.returncode == 1, strict.stdout + strict.stderr
     assert ("UNEXPECTED SKIP test_planted.py::test_needs_a_piece: could not import "
@@ -41,8 +48,8 @@ def test_an_undeclared_skip_fails_the_run_naming_the_test_and_the_missing_piece(
     assert "1 passed, 1 skipped" in strict.stdout
     # the same run without --strict-skips is green: what the option is for
     plain = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                            "test_planted.py"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300)
+                            "test_planted.py"], cwd=tmp_path / "tests", capture_output=True,
+                           text=True, timeout=300)
     assert plain.returncode == 0, plain.stdout
 
 
@@ -50,13 +57,13 @@ def test_an_undeclared_skip_fails_the_run_naming_the_test_and_the_missing_piece(
 def test_a_requirement_that_does_not_import_stops_the_run_before_any_test(tmp_path):
     """TorchCodec planted broken (a package of its name that fails to import, first on the
     path): the run stops at once, exit 4, naming it and its error."""
-    broken = tmp_path / "broken" / "torchcodec"
+    broken = tmp_path / "tests" / "torchcodec"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('libtorchcodec_core.so: cannot "
                                         "open shared object file')\n")
-    (tmp_path / "test_planted.py").write_text(PLANTED.replace("test_needs_a_piece",
-                                                              "test_never_reached"))
-    strict = strict_pytest(tmp_path, "test_planted.py", path=[broken.parent])
+    (tmp_path / "tests" / "test_planted.py").write_text(
+        PLANTED.replace("test_needs_a_piece", "test_never_reached"))
+    strict = strict_pytest(tmp_path, "test_planted.py")
     assert strict.returncode == 4, strict.stdout + strict.stderr
     out = strict.stdout + strict.stderr
     assert "requirements.txt names what does not import here" in out
