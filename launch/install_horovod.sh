@@ -177,7 +177,11 @@ fi
 # --- build the wheel (cache miss only) ------------------------------------------------------
 # Horovod's runtime deps; also its setup_requires for build actions, which with
 # --no-build-isolation must already be installed (else setuptools tries to fetch eggs itself).
-"${pip[@]}" install --quiet cloudpickle psutil pyyaml packaging 'cffi>=1.4.0' setuptools wheel
+# At the versions of launch/horovod-build-deps.txt (what launch/horovod_files.sh fetches):
+# where the environment lacks one, pip installs that one; where it has one, it keeps it
+pins="$(dirname "$script")/horovod-build-deps.txt"
+"${pip[@]}" install --quiet cloudpickle psutil pyyaml packaging 'cffi>=1.4.0' setuptools wheel \
+  -c <(grep -v '^cmake' "$pins")
 
 wheel="$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -n1 || true)"
 if [ "$rebuild" = 1 ] || [ -z "$wheel" ]; then
@@ -193,8 +197,8 @@ v = tuple(int(x) for x in sys.argv[1].split(".")[:2])
 sys.exit(0 if (3, 13) <= v < (4, 0) else 1)
 EOF
   then
-    log "no suitable cmake on PATH: pip install 'cmake>=3.18,<4'"
-    "${pip[@]}" install --quiet 'cmake>=3.18,<4'
+    log "no suitable cmake on PATH: pip install $(grep '^cmake' "$pins")"
+    "${pip[@]}" install --quiet "$(grep '^cmake' "$pins")"
   fi
   log "cmake: $(command -v cmake) ($(cmake --version | head -n1))"
 

@@ -24,6 +24,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every pip of every phase: a registry that does not answer fails within minutes (seconds per
+# request, retries), where the caller set none. Once the environments and Horovod's files and
+# wheel are cached, no phase asks a registry anything (tests/test_env_sh.py runs them offline).
+export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}" PIP_RETRIES="${PIP_RETRIES:-5}"
+
 phases=()   # "name seconds" of each phase that ended
 start_all=$SECONDS
 

@@ -2,9 +2,13 @@
 built yet. One process builds the environment; the others wait for it and use the same one."""
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shlex
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +59,46 @@ def test_the_command_a_run_prints_runs_as_printed_in_a_plain_shell(tmp_path):
     assert evaluated.returncode == 0, evaluated.stdout[-2000:] + evaluated.stderr[-2000:]
     assert "=> evaluating" in evaluated.stdout or "Val epoch" in evaluated.stdout, \
         evaluated.stdout[-2000:]
+
+
+def _offline(*command: str, env: dict = None) -> subprocess.CompletedProcess:
+    """`command` in a network namespace of its own: no interface but loopback, no registry."""
+    return subprocess.run(["unshare", "-rn", "bash", "-c",
+                           "ip link set lo up 2>/dev/null; exec \"$@\"", "offline", *command],
+                          capture_output=True, text=True, cwd=REPO, timeout=1200,
+                          env={**os.environ, **(env or {})})
+
+
+def test_the_test_command_runs_offline_once_its_environments_are_cached(tmp_path):
+    """The README's test command, with the environments and Horovod's files and wheel cached
+    (as launch/test.sh's own phases leave them), asks no registry anything: its install phases
+    and the suite's start pass with the network gone. (The environment of the oldest stack,
+    smoke_oldest.sh's, likewise.) Where the caches are not there yet (a machine that never ran
+    launch/test.sh), it skips and says so; launch/test.sh --strict-skips makes that a failure."""
+    if subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here (unshare -rn)")
+    if subprocess.run(["launch/env.sh", "python", "-c", "import horovod.torch"], cwd=REPO,
+                      capture_output=True).returncode != 0:
+        pytest.skip("Horovod is not installed in the environment yet: run bash launch/test.sh "
+                    "once (its horovod phase builds and caches it)")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "imagenet-recipes"
+    oldest = hashlib.sha256((REPO / "requirements-oldest.txt").read_bytes()).hexdigest()[:16]
+    if not (cache / f"venv-{oldest}" / ".complete").exists():
+        pytest.skip("the oldest stack's environment is not built yet: launch/test.sh's "
+                    "smoke-oldest phase builds it before the suite")
+    if shutil.which("sbatch") is None and os.geteuid() == 0:
+        pytest.skip("SLURM is not installed yet: launch/test.sh's slurm phase installs it (from "
+                    "Debian, with the network) before the suite")
+    suite = _offline("bash", "launch/test.sh", "--collect-only", "-q", "tests/test_units.py")
+    out = suite.stdout + suite.stderr
+    assert suite.returncode == 0, out[-4000:]
+    for phase in ("environment", "horovod", "slurm", "suite"):
+        assert f"launch/test.sh: == {phase}:" in out or f"== {phase} ==" in out, out[-4000:]
+    assert re.search(r"tests/test_units.py(: \d+|::)", out), out[-4000:]  # collected
+    oldest = _offline("bash", "launch/env.sh", "python", "-c", "import torch",
+                      env={"RECIPES_REQUIREMENTS": "requirements-oldest.txt"})
+    assert oldest.returncode == 0, (oldest.stdout + oldest.stderr)[-3000:]
+    # the registry is really gone in there
+    blocked = _offline("launch/env.sh", "python", "-m", "pip", "download", "--no-deps", "-d",
+                       str(tmp_path), "six", env={"PIP_RETRIES": "0", "PIP_DEFAULT_TIMEOUT": "5"})
+    assert blocked.returncode != 0
