@@ -62,11 +62,16 @@ def test_the_command_a_run_prints_runs_as_printed_in_a_plain_shell(tmp_path):
 
 
 def _offline(*command: str, env: dict = None) -> subprocess.CompletedProcess:
-    """`command` in a network namespace of its own: no interface but loopback, no registry."""
+    """`command` in a network namespace of its own (no interface but loopback), with pip pointed
+    at nothing: no configuration file (a machine's may name local wheel folders or mirrors), no
+    extra index or links, its index a closed port."""
+    offline = {k: v for k, v in os.environ.items()
+               if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")}
+    offline.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple",
+                   **(env or {}))
     return subprocess.run(["unshare", "-rn", "bash", "-c",
                            "ip link set lo up 2>/dev/null; exec \"$@\"", "offline", *command],
-                          capture_output=True, text=True, cwd=REPO, timeout=1200,
-                          env={**os.environ, **(env or {})})
+                          capture_output=True, text=True, cwd=REPO, timeout=1200, env=offline)
 
 
 def test_the_test_command_runs_offline_once_its_environments_are_cached(tmp_path):
