@@ -24,7 +24,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from .errors import UsageError
 
 PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
-PRESETS = Path(__file__).resolve().parents[1] / "recipes"
+# Package data: an installed wheel has them (`--config NAME` from any folder, any environment);
+# the clone's top-level recipes/ is a link to this folder
+PRESETS = Path(__file__).resolve().parent / "recipes"
 
 
 def preset_names() -> List[str]:

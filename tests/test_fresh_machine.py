@@ -33,7 +33,10 @@ def fresh_clone(dest: Path) -> Path:
                            ).stdout.decode().split("\0")
     for name in filter(None, files):
         source = REPO / name
-        if source.is_file():
+        if source.is_symlink():  # as git makes it (recipes/ -> imagenet_recipes/recipes)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).symlink_to(os.readlink(source))
+        elif source.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
     return dest
@@ -202,3 +205,43 @@ def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path):
                            text=True, timeout=600)
     assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-3000:]
     assert "quickstart: done" in quick.stdout
+
+
+@pytest.mark.slow
+def test_a_built_wheel_carries_the_presets_and_building_it_leaves_the_clone_clean(tmp_path):
+    """`pip wheel .` in a clone (what a container image or a cluster's shared environment is
+    built from), installed into a fresh environment that has torch but not this clone: every
+    preset works by name from `/`, from the installed package; the build leaves nothing git
+    would see in the clone."""
+    clone = fresh_clone(tmp_path / "clone")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(clone)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "clone"], check=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "--no-build-isolation", "-w", str(tmp_path / "wheels"), "."],
+                           cwd=clone, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    status = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    assert status.stdout == "", status.stdout  # build/ and the egg-info are ignored
+    (wheel,) = (tmp_path / "wheels").glob("imagenet_recipes-*.whl")
+    presets = sorted(p.name for p in (REPO / "recipes").glob("*.toml"))
+    assert len(presets) == 6
+
+    env = bare_python(tmp_path / "venv", with_packages=True)
+    installed = subprocess.run(["python", "-m", "pip", "install", "--quiet", "--no-deps",
+                                "--no-index", str(wheel)], env=env, capture_output=True,
+                               text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    names = [name.removesuffix(".toml") for name in presets]
+    check = subprocess.run(["python", "-c", (
+        "import sys, imagenet_recipes; from imagenet_recipes.config import parse_args\n"
+        "print(imagenet_recipes.__file__)\n"
+        "for name in sys.argv[1:]:\n"
+        "    cfg = parse_args(['--dummy', '--config', name], entry='ddp_apex')\n"
+        "    print(name, cfg.arch, cfg.epochs)"), *names],
+        cwd="/", env=env, capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stderr[-3000:]
+    lines = check.stdout.splitlines()
+    assert lines[0].startswith(str(tmp_path / "venv")), lines[0]  # the wheel's, not the clone's
+    assert [line.split()[0] for line in lines[1:]] == names
