@@ -8,6 +8,11 @@
 # The virtualenv lives outside the repository, keyed by the hash of requirements.txt, so a fresh
 # clone (or CI) on the same machine reuses it and a changed requirements.txt gets a new one; the
 # clone is installed in it in editable mode (the imagenet_recipes package, pyproject.toml).
+# An environment the user activated (a virtualenv or conda environment: VIRTUAL_ENV or
+# CONDA_PREFIX, which sbatch and srun pass on to the job's nodes) is used as it is when it has
+# torch, with the clone installed in it where it is not (editable, no dependencies): nothing is
+# built or downloaded, and one line on stderr says which environment runs. Only without one is
+# the project's own virtualenv used (built on first use).
 # RECIPES_VENV=/path overrides the location; RECIPES_VENV=system uses the current python with
 # its own packages, and installs the clone in it (editable, no dependencies) if it is not.
 # RECIPES_REQUIREMENTS=FILE (relative to the repository, or absolute) builds and uses the venv of
@@ -29,6 +34,20 @@ if [ "${RECIPES_VENV:-}" = "system" ]; then
   exec "$@"
 fi
 
+# in_environment PREFIX CMD...: run CMD in the environment at PREFIX (its bin/ first on PATH)
+in_environment() {
+  local prefix=$1
+  shift
+  if [ "$PWD" = "$repo" ]; then  # what a run prints for the user to type starts with this script
+    export RECIPES_ENV_SH=launch/env.sh
+  else
+    export RECIPES_ENV_SH="$repo/launch/env.sh"
+  fi
+  export PATH="$prefix/bin:$PATH"
+  export VIRTUAL_ENV="$prefix" RECIPES_ACTIVE_TOLD="$prefix"
+  exec "$@"
+}
+
 # A registry that does not answer fails the build within minutes, not hours: pip's own timeout
 # (seconds per request) and retries, where the caller set none
 export PIP_DEFAULT_TIMEOUT="${PIP_DEFAULT_TIMEOUT:-60}" PIP_RETRIES="${PIP_RETRIES:-5}"
@@ -37,6 +56,21 @@ req="${RECIPES_REQUIREMENTS:-requirements.txt}"
 case "$req" in /*) ;; *) req="$repo/$req" ;; esac
 key="$(sha256sum "$req" | cut -c1-16)"
 venv="${RECIPES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/imagenet-recipes/venv-$key}"
+
+if [ -z "${RECIPES_VENV:-}" ] && [ -z "${RECIPES_REQUIREMENTS:-}" ]; then
+  active="${VIRTUAL_ENV:-${CONDA_PREFIX:-}}"
+  # (the project's own virtualenv, active in a command this script started, is not another one)
+  if [ -n "$active" ] && [ "$active" != "$venv" ] && [ -x "$active/bin/python" ] &&
+      "$active/bin/python" -c \
+      "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" \
+      2>/dev/null; then
+    if [ "$active" != "${RECIPES_ACTIVE_TOLD:-}" ]; then  # once, not in each nested call
+      echo "launch/env.sh: the active environment $active (its torch; nothing built)" >&2
+    fi
+    install_clone "$active/bin/python"
+    in_environment "$active" "$@"
+  fi
+fi
 
 build() {
   echo "launch/env.sh: creating $venv (first run: downloads torch, several GB)" >&2
@@ -90,13 +124,4 @@ if ! ready; then
   fi
 fi
 
-# The commands a run prints for the user to type ("evaluate it: ...") start with this script,
-# named as from the user's folder (imagenet_recipes/summary.py)
-if [ "$PWD" = "$repo" ]; then
-  export RECIPES_ENV_SH=launch/env.sh
-else
-  export RECIPES_ENV_SH="$repo/launch/env.sh"
-fi
-export PATH="$venv/bin:$PATH"
-export VIRTUAL_ENV="$venv"
-exec "$@"
+in_environment "$venv" "$@"

@@ -61,14 +61,16 @@ def test_the_command_a_run_prints_runs_as_printed_in_a_plain_shell(tmp_path):
         evaluated.stdout[-2000:]
 
 
-def _offline(*command: str, env: dict = None) -> subprocess.CompletedProcess:
+def _offline(*command: str, env: dict = None, inherit: bool = True
+             ) -> subprocess.CompletedProcess:
     """`command` in a network namespace of its own (no interface but loopback), with pip pointed
     at nothing: no configuration file (a machine's may name local wheel folders or mirrors), no
-    extra index or links, its index a closed port."""
-    offline = {k: v for k, v in os.environ.items()
+    extra index or links, its index a closed port. `env`: added to this process's environment,
+    or (inherit=False) the whole of it."""
+    merged = {**(os.environ if inherit else {}), **(env or {})}
+    offline = {k: v for k, v in merged.items()
                if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")}
-    offline.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple",
-                   **(env or {}))
+    offline.update(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple")
     return subprocess.run(["unshare", "-rn", "bash", "-c",
                            "ip link set lo up 2>/dev/null; exec \"$@\"", "offline", *command],
                           capture_output=True, text=True, cwd=REPO, timeout=1200, env=offline)
@@ -107,3 +109,33 @@ def test_the_test_command_runs_offline_once_its_environments_are_cached(tmp_path
     blocked = _offline("launch/env.sh", "python", "-m", "pip", "download", "--no-deps", "-d",
                        str(tmp_path), "six", env={"PIP_RETRIES": "0", "PIP_DEFAULT_TIMEOUT": "5"})
     assert blocked.returncode != 0
+
+
+def test_an_activated_environment_with_torch_is_used_as_it_is(tmp_path):
+    """A user's activated environment (VIRTUAL_ENV, as sbatch passes it to a job) that has
+    torch runs the command: the clone installed into it, nothing built and nothing asked of a
+    registry (pip pointed at nothing, no network), one line saying so; the project's own
+    environment is not made."""
+    from test_fresh_machine import bare_python
+
+    if subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here (unshare -rn)")
+    venv = tmp_path / "users-env"
+    env = bare_python(venv, with_packages=True)  # torch reachable, not this package
+    cache = tmp_path / "cache"
+    env.update(VIRTUAL_ENV=str(venv), XDG_CACHE_HOME=str(cache))
+    show = ["python", "-c", "import sys, imagenet_recipes; print(sys.prefix); "
+                            "print(imagenet_recipes.__file__)"]
+    first = _offline("bash", "launch/env.sh", *show, env=env, inherit=False)
+    assert first.returncode == 0, first.stdout + first.stderr[-3000:]
+    prefix, package = first.stdout.split()
+    assert prefix == str(venv) and package.startswith(str(REPO))
+    told = [line for line in first.stderr.splitlines() if line.startswith("launch/env.sh:")]
+    assert told == [f"launch/env.sh: the active environment {venv} (its torch; nothing "
+                    "built)"], first.stderr
+    assert not cache.exists() or not list(cache.glob("imagenet-recipes/venv-*"))
+    # a command it starts runs launch/env.sh again (quickstart does): the same, said once
+    nested = _offline("bash", "launch/env.sh", "bash", "launch/env.sh", *show, env=env,
+                      inherit=False)
+    assert nested.returncode == 0 and nested.stdout.split()[0] == str(venv)
+    assert nested.stderr.count("the active environment") == 1, nested.stderr
