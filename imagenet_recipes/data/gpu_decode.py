@@ -11,12 +11,14 @@ Who does what
             sample's own seed with the `pytorch` backend's own transform objects, in their
             order: both backends crop and flip a sample alike, and a resume needs no state.
   trainer   (its batch-preparing thread) decodes the batch's JPEGs in one call of the
-            decoder (nvImageCodec: only each crop box's pixels), gathers the crop boxes of the
-            whole batch into one uint8 canvas, and resizes them all in one
+            decoder (nvImageCodec: only the pixels each sample uses), gathers the crop boxes
+            of the batch onto canvases (one per group of similar widths, bounded by their
+            pixels: resample_groups), and resizes each canvas's boxes in one
             `torchvision.ops.roi_align`; then flip, normalisation and channels_last, as the
             other backends hand batches over (normalised float32 NCHW on the device, int64
             targets). Validation: the same, with the box that "resize the shorter side to
-            --val-resize-size, then centre crop" cuts out of the image (whole images decoded).
+            --val-resize-size, then centre crop" cuts out of the image (only the pixels it
+            reads: val_region).
 
 Which files the batched decoder gets: JPEGs in YCbCr (PIL's mode RGB) that end with their end
 marker and carry no EXIF rotation. TorchCodec and nvImageCodec turn images by their EXIF
@@ -382,7 +384,7 @@ class BatchDecoder:
         resize-and-centre-crop."""
         height, width = height or sample.height, width or sample.width
         if self.train:
-            top, left, h, w = sample.box
+            _, _, h, w = sample.box
             return sample.box, (0.0, 0.0, float(w), float(h))
         return val_region(height, width, val_box(height, width, *self.val_resize_crop))
 
