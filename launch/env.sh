@@ -67,7 +67,15 @@ if [ -z "${RECIPES_VENV:-}" ] && [ -z "${RECIPES_REQUIREMENTS:-}" ]; then
     if [ "$active" != "${RECIPES_ACTIVE_TOLD:-}" ]; then  # once, not in each nested call
       echo "launch/env.sh: the active environment $active (its torch; nothing built)" >&2
     fi
-    install_clone "$active/bin/python"
+    if command -v flock >/dev/null; then  # every node of a job may get here at once
+      exec 9>>"$active/.imagenet-recipes.lock"
+      flock 9
+      install_clone "$active/bin/python"
+      flock -u 9
+      exec 9>&-
+    else
+      install_clone "$active/bin/python"
+    fi
     in_environment "$active" "$@"
   fi
 fi

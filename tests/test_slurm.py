@@ -233,3 +233,40 @@ def test_scancel_is_not_undone_by_a_requeue(slurm, tiny_imagefolder, tmp_path):
     assert [r["reason"] for r in read_jsonl(log.parent) if r["kind"] == "end"] == \
         ["preempted by SIGTERM"]
     assert (log.parent / "checkpoint.pth").is_file()
+
+
+@pytest.mark.parametrize("script,sbatch_args,extra_env,strategy", [
+    ("ddp_amp_single_node", [], {}, "ddp"),
+    ("ddp_amp_multi_node", ["--nodes=2"], {"NPROC": "1"}, "ddp"),
+    ("horovod", ["--nodes=1"], {"NPROC": "2"}, "hvd"),
+    ("ps", [], {"WORKERS": "1"}, "ps"),
+])
+def test_each_batch_script_trains_in_the_environment_active_at_submit_time(
+        slurm, tiny_imagefolder, tmp_path, script, sbatch_args, extra_env, strategy):
+    """Submitted from an activated environment that has torch (not this clone: the job installs
+    it there), with pip pointed at nothing and an empty cache: the job trains in that
+    environment, says so in one line, and builds no environment of its own."""
+    from test_fresh_machine import bare_python
+
+    venv = tmp_path / "users-env"
+    env = bare_python(venv, with_packages=True)
+    (venv / "bin" / "horovodrun").write_text(  # the console script Horovod's package brings
+        f"#!/bin/sh\nexec {venv}/bin/python -c 'from horovod.runner.launch import "
+        "run_commandline; run_commandline()' \"$@\"\n")
+    (venv / "bin" / "horovodrun").chmod(0o755)
+    cache = tmp_path / "cache"
+    job_env = {**env, **extra_env, "VIRTUAL_ENV": str(venv), "XDG_CACHE_HOME": str(cache),
+               "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+               "PIP_FIND_LINKS": ""}
+    args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "2",
+            "--opt-level", "O0", "--logdir", tmp_path / "runs"]
+    _, job_id, output = _submit(slurm, tmp_path, REPO / "launch" / "slurm" / f"{script}.sbatch",
+                                args, wait=False, sbatch_args=sbatch_args, env=job_env)
+    info = slurm.wait_for_end(job_id, output)
+    text = _text(output)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), f"{text}\n{slurm.logs()}"
+    run_dir = tmp_path / "runs" / f"slurm-{job_id}"
+    assert records(run_dir, "run")[0]["strategy"].startswith(strategy), text
+    assert records(run_dir, "end")[-1]["reason"] == "finished", text
+    assert f"launch/env.sh: the active environment {venv} (its torch; nothing built)" in text
+    assert "creating" not in text and not list(cache.glob("imagenet-recipes/venv-*"))
