@@ -7,6 +7,8 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   esync         ESync vs sync and async SGD with a slow worker, IID and by-class splits
   recipes       the presets of recipes/ at one small budget
   io            input-pipeline throughput, every loader on the same files and cores
+  stages        where a training sample's time goes in the pytorch loader, stage by stage
+                (read, decode, crop, resize, flip, collate, hand-over), one core
   decode        decode capacity: each data backend's input pipeline alone, a batch ready on
                 the device (also bench.gpu's decode group)
   e2e           this project end to end against pytorch/examples', timm's and torchvision's
