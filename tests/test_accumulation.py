@@ -10,7 +10,7 @@ in float64 (`--float64`, see tests/test_parity.py for why), for 4 optimizer step
 64 images in global batches of 16) on timm's test_resnet, a model with BatchNorm.
 
 TOL = 1e-10 on the weights and BatchNorm statistics (max |difference|; weights are O(0.1)):
-float64's summation-order noise after 4 steps is ~2e-15 (measured: 1.8e-15 for DDP and FSDP).
+float64's summation-order noise after 4 steps is ~2e-15 (measured: 1.8e-15 for DDP, FSDP and Horovod).
 Doubling the lr (what a gradient divided by grad_accum one time too few does to SGD) moves them
 by 0.28; the fixture measures that each time, so the tolerance is known to be sensitive. The
 probe's counts show what numbers cannot: a micro-batch reduced that should not be (no_sync

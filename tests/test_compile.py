@@ -6,7 +6,7 @@ torch.compile (inductor's C++ kernels on the CPU) costs far more than these runs
 and 12 s for its evaluation graph, cold; 2 s and 0.6 s from inductor's cache (measured). A
 test's runs share one inductor cache (TORCHINDUCTOR_CACHE_DIR, empty at the test's start), so
 each graph is compiled once, as on a fresh machine, and the later runs load it: each test takes
-about 70 s. Batches of 4 fill every training and validation batch (64 and 20 images), so no
+70 s alone, 100-130 s beside the suite's other worker (measured). Batches of 4 fill every training and validation batch (64 and 20 images), so no
 run compiles a second graph for a shorter last batch.
 """
 from __future__ import annotations
