@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
