@@ -77,8 +77,9 @@ class Trainer:
         if target is not None:  # --global-batch: -b and --grad-accum from the process count
             cfg.batch_size, cfg.grad_accum = split_global_batch(target, strategy.world_size,
                                                                 cfg.batch_size)
-        global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
-        too_large = large_batch_refusal(cfg, global_batch, scaled_lr(cfg, global_batch))
+        self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
+        self.lr = scaled_lr(cfg, self.global_batch)
+        too_large = large_batch_refusal(cfg, self.global_batch, self.lr)
         if too_large:
             raise UsageError(too_large)
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
@@ -87,8 +88,6 @@ class Trainer:
 
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
                                                        cfg.pretrained, cfg.zero_init_residual))
-        self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
-        self.lr = scaled_lr(cfg, self.global_batch)
         self.optimizer = strategy.setup_optimizer(build_optimizer(
             cfg, strategy.module, strategy.named_optimizer_params(), self.lr))
         self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
