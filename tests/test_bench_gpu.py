@@ -505,7 +505,9 @@ def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path
     does; without one, the record says nvidia-smi is missing."""
     from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 
-    make_dataset(dataset_command(tmp_path / "jpegs", classes=2, train=40, val=4, min_size=40,
+    # 440 images at -b 4: the tool's 105-step epoch, so its sample at step 5 comes about 100
+    # steps before validation starts the val loader's own workers beside the training ones.
+    make_dataset(dataset_command(tmp_path / "jpegs", classes=2, train=220, val=4, min_size=40,
                                  max_size=60))
     smi = tmp_path / "bin/nvidia-smi"
     smi.parent.mkdir()
