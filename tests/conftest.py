@@ -48,7 +48,7 @@ TESTS = REPO / "tests"
 # blocks, 0.37M parameters) at 32 px. On a CPU a step of torchvision's resnet18 (11.7M) costs
 # 0.3 s in fp32 but 4-5 s in float16 (emulated on every CPU) and in bfloat16 where the CPU lacks
 # it natively; test_resnet's costs 0.02 s and 0.1-0.2 s. torchvision's ResNets train in the
-# tests that name them (RESNET18 below) and in launch/smoke_oldest.sh.
+# tests that name them (RESNET18 below) and in tests/smoke_oldest.sh.
 #
 # They load in the training process (-j 0): a loader worker is forked from a fork server that
 # imports torch and torchvision once per rank, about 4 s of CPU per rank and run, and most tests

@@ -174,7 +174,7 @@ def test_ddp_help_has_the_ddp_options(capsys):
 
 def test_local_sgd_is_an_experiment_not_an_option_of_the_product(expect_usage_error,
                                                                  tiny_imagefolder):
-    """Its options belong to the local SGD experiment (tests/test_experiment_local_sgd.py)."""
+    """Its options belong to the local SGD experiment (tests/experiments/test_local_sgd.py)."""
     expect_usage_error(TINY + ["--local-sgd-period", "4", tiny_imagefolder],
                        "unknown option --local-sgd-period", script="ddp.py")
 

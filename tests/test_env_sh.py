@@ -116,7 +116,7 @@ def test_an_activated_environment_with_torch_is_used_as_it_is(tmp_path):
     torch runs the command: the clone installed into it, nothing built and nothing asked of a
     registry (pip pointed at nothing, no network), one line saying so; the project's own
     environment is not made."""
-    from test_fresh_machine import bare_python
+    from fresh_python import bare_python
 
     if subprocess.run(["unshare", "-rn", "true"], capture_output=True).returncode != 0:
         pytest.skip("cannot make a network namespace here (unshare -rn)")

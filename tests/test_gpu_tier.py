@@ -151,3 +151,14 @@ def test_a_record_brought_back_becomes_the_results_block(tmp_path):
     assert "| entries | test_entry[nd] | passed | 6 steps, loss 2.1 -> 1.9 | 9 |" in text
     assert "| resume | test_o2_resume | stopped | stopped by SIGTERM before it finished | 410 |" \
         in text
+
+    # a later machine's record, in a folder of its own, is rendered after it with its own counts
+    (kept / "h200").mkdir()
+    later = [{**lines[0], "gpu": "NVIDIA H200"}, {**lines[1], "status": "failed"}, lines[2]]
+    (kept / "h200" / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in later))
+    text = gpu_tier.block(kept)
+    first = text.index("(record: `results/gpu-tier/checks.jsonl`): 1 passed, 0 failed, 1 skipped,"
+                       " 1 stopped")
+    second = text.index("(record: `results/gpu-tier/h200/checks.jsonl`): 0 passed, 1 failed, "
+                        "1 skipped, 0 stopped")
+    assert first < text.index("* on NVIDIA H100") < second < text.index("* on NVIDIA H200")

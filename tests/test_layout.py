@@ -19,10 +19,15 @@ from imagenet_recipes.registry import CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_
 def test_registry_lists_every_entry_script_under_its_own_name():
     assert sorted(Path(e.script).name for e in ENTRIES.values()) == sorted(
         p.name for p in TRAIN.glob("[!_]*.py"))  # _package.py: what they import first
+    package = Path(imagenet_recipes.__file__).parent / "train"
+    assert sorted(p.name for p in package.glob("[!_]*.py")) == sorted(
+        p.name for p in TRAIN.glob("[!_]*.py"))
     for entry in ENTRIES.values():
-        text = (REPO / entry.script).read_text()
-        assert entry.name == "ps" or f'main(entry="{entry.name}", description=__doc__)' in text
-        assert "strategy" not in text.split('if __name__ == "__main__":')[1], entry.script
+        shim = (REPO / entry.script).read_text()  # the clone's script runs the package's module
+        assert f'run_entry("{entry.name}")' in shim, entry.script
+        module = (package / f"{entry.name}.py").read_text()
+        assert entry.name == "ps" or f'run(entry="{entry.name}", description=__doc__' in module
+        assert "strategy" not in module.split("def main")[1], entry.name
 
 
 def test_every_entry_names_a_strategy_class_that_exists():
@@ -158,7 +163,7 @@ LAYERS = (
                "runlog", "summary", "validation", "lifecycle", "data")),
     ("strategies", ("strategies",)),
     ("loops", ("engine", "ps")),
-    ("command line", ("cli",)),
+    ("command line", ("cli", "train")),
     ("tools", ("bench",)),
     ("experiments", ("experiments",)),
 )
@@ -184,8 +189,9 @@ def test_no_module_imports_from_a_layer_above_its_own():
 # specific folder first); a room reaches (imports, or names by path or module in a string the
 # code uses, such as a command it starts) only the rooms it may: ARCHITECTURE.md, "Rooms".
 ROOMS = (("lab", "lab"), ("experiments", "imagenet_recipes/experiments"),
-         ("tools", "imagenet_recipes/bench"), ("product", "imagenet_recipes"),
-         ("product", "train"), ("product", "data"), ("product", "launch"))
+         ("tools", "imagenet_recipes/bench"), ("tools", "tools"),
+         ("product", "imagenet_recipes"), ("product", "train"), ("product", "data"),
+         ("product", "launch"))
 MAY_REACH = {"product": {"product"}, "tools": {"product", "tools"},
              "experiments": {"product", "tools", "experiments"},
              "lab": {"product", "tools", "experiments", "lab"}}
@@ -292,15 +298,16 @@ def test_the_room_check_finds_a_planted_arrow(path, planted):
 
 
 def shell_arrows(path: str, text: str) -> list:
-    """The experiments and studies a shell script of launch/ (or CI's) names outside its
-    comments: it starts the product's jobs and the tools', never an experiment or a study."""
+    """The experiments and studies a shell script of launch/ or tools/ (or CI's) names outside
+    its comments: it starts the product's jobs and the tools', never an experiment or a study."""
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     return [f"{path} names {m[0]!r}" for line in lines for m in _NAMED.finditer(line)
             if (m["folder"] or m["package"]) in ("lab", "experiments")]
 
 
 def _shell_scripts() -> list:
-    scripts = [p for p in (REPO / "launch").rglob("*") if p.suffix in (".sh", ".sbatch")]
+    scripts = [p for folder in ("launch", "tools") for p in (REPO / folder).rglob("*")
+               if p.suffix in (".sh", ".sbatch")]
     return [str(p.relative_to(REPO)) for p in scripts + [REPO / ".ci" / "run"]]
 
 
@@ -310,8 +317,34 @@ def test_no_launch_script_starts_an_experiment_or_a_study():
     assert [arrow for path in scripts
             for arrow in shell_arrows(path, (REPO / path).read_text())] == []
     planted = "python -m imagenet_recipes.experiments.local_sgd\npython lab/hvd.py --steps 3\n"
-    assert len(shell_arrows("launch/bench_cpu.sh", planted)) == 2
-    assert shell_arrows("launch/bench_cpu.sh", "# see lab/README.md\n") == []
+    assert len(shell_arrows("tools/bench_cpu.sh", planted)) == 2
+    assert shell_arrows("tools/bench_cpu.sh", "# see lab/README.md\n") == []
+
+
+def _listed(readme: Path) -> set:
+    """The files a folder's README lists in a table (rows that start with a `file.ext`)."""
+    return set(re.findall(r"^\| `([^`]+\.[a-z]+)` \|", readme.read_text(), re.M))
+
+
+def _files(folder: str) -> set:
+    root = REPO / folder
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts}
+
+
+def test_launch_holds_only_what_users_run_and_tools_what_the_project_runs():
+    """launch/ is what users start: none of its scripts runs a tool (outside comments); the
+    project's measuring scripts are in tools/. Each folder's README lists every file it holds."""
+    tool = re.compile(r"imagenet_recipes[./]bench\b|(?:^|[\s\"'/])tools/")
+    runs_a_tool = [f"launch/{name}" for name in sorted(_files("launch"))
+                   if name.endswith((".sh", ".sbatch")) and any(
+                       tool.search(line) for line in (REPO / "launch" / name).read_text()
+                       .splitlines() if not line.lstrip().startswith("#"))]
+    assert runs_a_tool == []
+    assert _listed(REPO / "launch/README.md") == _files("launch")
+    assert _listed(REPO / "tools/README.md") == _files("tools")
+    assert tool.search("exec python -m imagenet_recipes.bench.gpu --group decode")
+    assert tool.search('bash "$repo/tools/gpu_session.sh"')
 
 
 def test_a_docstring_may_point_anywhere_and_the_lab_may_reach_everything():

@@ -486,7 +486,7 @@ def test_the_readme_and_sbatch_commands_keep_each_presets_global_batch():
         preset = words[words.index("--config") + 1]
         flags = dict(re.findall(r"--(nproc_per_node|nodes|gpus-per-node)=(\d+)", command))
         gpus = int(flags.get("nproc_per_node", 1)) if "torchrun" in command or \
-            "python" in command else int(flags["nodes"]) * int(flags["gpus-per-node"])
+            "python" in command else int(flags.get("nodes", 1)) * int(flags["gpus-per-node"])
         cfg = parse_args(["--dummy", "--config", preset], entry="ddp_apex")
         ref = read_mapping(REPO / "recipes" / f"{preset}.toml")["reference"]
         # fewer GPUs train a smaller global batch at the linearly scaled lr, as the published

@@ -246,7 +246,7 @@ def test_each_batch_script_trains_in_the_environment_active_at_submit_time(
     """Submitted from an activated environment that has torch (not this clone: the job installs
     it there), with pip pointed at nothing and an empty cache: the job trains in that
     environment, says so in one line, and builds no environment of its own."""
-    from test_fresh_machine import bare_python
+    from fresh_python import bare_python
 
     venv = tmp_path / "users-env"
     env = bare_python(venv, with_packages=True)

@@ -1,15 +1,7 @@
-"""DistributedDataParallel: one process per device, -b images per process.
-
-    torchrun --nproc_per_node=4 train/ddp.py -a resnet50 -b 256 /data/imagenet
-    # multi-node: on every node
-    torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d \\
-             --rdzv-endpoint=$HEAD_NODE:29500 --rdzv-id=$JOB_ID train/ddp.py -a resnet50 /data/imagenet
-
-NCCL on GPUs, gloo on CPU. Add --opt-level O1/O2 for mixed precision (or use ddp_apex.py).
-"""
-from _package import main_of
-
-main = main_of("imagenet_recipes.cli")
+"""`python train/ddp.py ARGS` runs `python -m imagenet_recipes.train.ddp ARGS`, the installed
+package's entry (its -h says what it does): a clone's way to start it, and what torchrun,
+horovodrun and the launch scripts name."""
+from _package import run_entry
 
 if __name__ == "__main__":
-    main(entry="ddp", description=__doc__)
+    run_entry("ddp")

@@ -1,13 +1,7 @@
-"""nn.DataParallel: one process drives every visible GPU (-b is the batch across all of them).
-
-    python train/dp.py -a resnet50 -b 1024 /data/imagenet
-
-Kept as a baseline: DDP (train/ddp.py) is faster even on one node, because DataParallel
-replicates the model and gathers outputs on GPU 0 every step, under one Python thread.
-"""
-from _package import main_of
-
-main = main_of("imagenet_recipes.cli")
+"""`python train/dp.py ARGS` runs `python -m imagenet_recipes.train.dp ARGS`, the installed
+package's entry (its -h says what it does): a clone's way to start it, and what torchrun,
+horovodrun and the launch scripts name."""
+from _package import run_entry
 
 if __name__ == "__main__":
-    main(entry="dp", description=__doc__)
+    run_entry("dp")

@@ -1,15 +1,7 @@
-"""Horovod data-parallel training: one process per device, gradients all-reduced by Horovod.
-
-    horovodrun -np 4 python train/hvd.py -a resnet50 -b 256 --opt-level O2 /data/imagenet
-    horovodrun -np 2 --gloo python train/hvd.py -a resnet18 data/synthetic    # CPU
-
-Horovod must be built for the installed torch first: `bash launch/install_horovod.sh`.
-(The file is not called horovod.py: this folder comes first on sys.path and would shadow the
-horovod package.)
-"""
-from _package import main_of
-
-main = main_of("imagenet_recipes.cli")
+"""`python train/hvd.py ARGS` runs `python -m imagenet_recipes.train.hvd ARGS`, the installed
+package's entry (its -h says what it does): a clone's way to start it, and what torchrun,
+horovodrun and the launch scripts name."""
+from _package import run_entry
 
 if __name__ == "__main__":
-    main(entry="hvd", description=__doc__)
+    run_entry("hvd")

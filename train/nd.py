@@ -1,11 +1,7 @@
-"""Non-distributed training: one process, one device (a GPU if present, else the CPU).
-
-    python train/nd.py -a resnet50 -b 256 /data/imagenet
-    python train/nd.py -a resnet18 --image-size 64 -b 64 --epochs 3 data/synthetic   # CPU demo
-"""
-from _package import main_of
-
-main = main_of("imagenet_recipes.cli")
+"""`python train/nd.py ARGS` runs `python -m imagenet_recipes.train.nd ARGS`, the installed
+package's entry (its -h says what it does): a clone's way to start it, and what torchrun,
+horovodrun and the launch scripts name."""
+from _package import run_entry
 
 if __name__ == "__main__":
-    main(entry="nd", description=__doc__)
+    run_entry("nd")

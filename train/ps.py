@@ -1,15 +1,7 @@
-"""Parameter-server baseline: sync, async and ESync over torch.distributed.rpc.
-
-Rank 0 is the server (it holds the model and the optimizer and never runs the training
-forward pass); ranks 1..N are workers that pull the weights, compute on their own shard and
-push gradients (sync, async) or model deltas (esync).
-
-    torchrun --nproc_per_node=4 train/ps.py --mode esync -a resnet18 -b 64 /data/imagenet
-    python train/ps.py --evaluator runs/ps-esync-resnet18-... /data/imagenet   # separate eval
-"""
-from _package import main_of
-
-main = main_of("imagenet_recipes.ps.main")
+"""`python train/ps.py ARGS` runs `python -m imagenet_recipes.train.ps ARGS`, the installed
+package's entry (its -h says what it does): a clone's way to start it, and what torchrun,
+horovodrun and the launch scripts name."""
+from _package import run_entry
 
 if __name__ == "__main__":
-    main(description=__doc__)
+    run_entry("ps")

@@ -1,7 +1,7 @@
 """The lab's one-question studies (lab/): their scripts keep running as the engine evolves.
 Marked `study`: the default test run leaves them out; `launch/env.sh python -m pytest -m study`
 runs them (nothing here is timed). Their page, rebuilt from their records, is checked in the
-whole suite (tests/test_lab_page.py)."""
+whole suite (tests/lab/test_lab_page.py)."""
 from __future__ import annotations
 
 import json

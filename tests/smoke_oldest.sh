@@ -2,7 +2,7 @@
 # A short smoke test on the oldest supported stack (requirements-oldest.txt: torch 2.11.0,
 # torchvision 0.26.0), CPU only. launch/test.sh runs it before the main suite, so CI does too:
 #
-#   bash launch/smoke_oldest.sh
+#   bash tests/smoke_oldest.sh
 #
 # In that stack's own virtualenv (launch/env.sh with RECIPES_REQUIREMENTS=requirements-oldest.txt:
 # built on first use, then cached by the file's hash like the main one) it runs
@@ -15,7 +15,7 @@
 # RECIPES_OLDEST_VENV=/path puts that virtualenv elsewhere, =system uses the current python as
 # is (it must hold the pinned torch and torchvision: checked first). RECIPES_VENV, the main
 # suite's, is ignored here: it would run the smoke on the main stack. Python 3.12:
-#   PYENV_VERSION=3.12.1 RECIPES_OLDEST_VENV=/tmp/venv-oldest-py312 bash launch/smoke_oldest.sh
+#   PYENV_VERSION=3.12.1 RECIPES_OLDEST_VENV=/tmp/venv-oldest-py312 bash tests/smoke_oldest.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS

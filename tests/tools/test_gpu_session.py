@@ -1,4 +1,4 @@
-"""launch/gpu_session.sh: which commands it runs, in what order, how it keeps to its time
+"""tools/gpu_session.sh: which commands it runs, in what order, how it keeps to its time
 budget, what a decoder the probe finds broken skips, and the archive it writes whatever
 happened. A stand-in Python ($PYTHON) records every command it is given, so the composition is
 checked exactly and in seconds; the commands themselves are the GPU tier's and bench.gpu's,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 # Records its arguments (and the tier's --first-of-each and group limit); sleeps where
 # FAKE_SLOW names the group. Asked where it imports imagenet_recipes from (outside the clone,
@@ -52,7 +52,7 @@ def session(tmp_path: Path, *args: str, slow: str = "none", decoders: str = DECO
     """gpu_session.sh ARGS (--out tmp_path/out unless `out` is False) with the stand-in
     Python -> (the process, the commands the stand-in was given)."""
     env = session_env(tmp_path, slow, decoders)
-    proc = subprocess.run(["bash", "launch/gpu_session.sh",
+    proc = subprocess.run(["bash", "tools/gpu_session.sh",
                            *(["--out", str(tmp_path / "out")] if out else []), *args],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     calls = tmp_path / "calls.txt"
@@ -160,7 +160,7 @@ def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
 def test_stopped_from_outside_it_ends_the_step_and_still_writes_the_archive(tmp_path):
     env = session_env(tmp_path, slow="decode")
     archive = tmp_path / "gpu-run.tar.gz"
-    proc = subprocess.Popen(["bash", "launch/gpu_session.sh", "--out", str(tmp_path / "out"),
+    proc = subprocess.Popen(["bash", "tools/gpu_session.sh", "--out", str(tmp_path / "out"),
                              "--archive", str(archive)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     calls = tmp_path / "calls.txt"
@@ -271,7 +271,7 @@ def test_bad_arguments_exit_2_naming_them(tmp_path):
                           (["--archive", str(tmp_path / "a.zip")], "a .tar.gz path"),
                           (["--out", out, "--data", f"{out}/jpegs"], "is inside --out"),
                           (["--out", out, "--wheels", str(tmp_path)], "holds no .whl file")):
-        proc = subprocess.run(["bash", "launch/gpu_session.sh", *args], cwd=REPO,
+        proc = subprocess.run(["bash", "tools/gpu_session.sh", *args], cwd=REPO,
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
 

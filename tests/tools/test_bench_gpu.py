@@ -369,7 +369,8 @@ def test_the_results_block_says_plainly_when_no_gpu_record_exists(tmp_path):
     assert report.block(tmp_path).startswith("**No GPU record exists yet.**")
 
 
-def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
+def test_the_results_block_shows_each_row_from_its_latest_record_and_keeps_the_earlier(
+        tmp_path):
     old = [_row("bare-O1-fp16", 3000.0), _row("engine-O1-fp16", 2800.0, "bare-O1-fp16")]
     new = [_row("bare-O1-fp16", 3100.0), _row("engine-O1-fp16", 3050.0, "bare-O1-fp16"),
            dict(_row("dali-gpu", 0.0), status="skipped", note="nvidia.dali is not installed")]
@@ -379,7 +380,14 @@ def test_the_results_block_shows_each_row_from_its_latest_record(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps(_record("2026-11-25 08:00 UTC", new, False)))
     text = report.block(tmp_path)
     assert "[2] `launch/env.sh python -m imagenet_recipes.bench.gpu --group loop` on NVIDIA H100 80GB HBM3" in text
-    assert "[1]" not in text  # every row of the older record was measured again
+    # every row of the older record was measured again: the table shows the newer, and the
+    # older measurements follow it, under their record's number
+    table, earlier = text.split("Rows measured again in a later record")
+    assert "[1]" not in "".join(line for line in table.splitlines() if line.startswith("| "))
+    assert "[1] `launch/env.sh python -m imagenet_recipes.bench.gpu" in text
+    assert [line.split(" |")[0] for line in earlier.splitlines() if line.startswith("| ")
+            and not line.startswith("| row")] == ["| bare-O1-fp16 [1]", "| engine-O1-fp16 [1]"]
+    assert "| 2,800.0 |" in earlier and "| 2,800.0 |" not in table
     assert "It was stopped before its end." in text
     engine = next(line for line in text.splitlines()
                   if line.startswith("| engine-O1-fp16 [2] |"))

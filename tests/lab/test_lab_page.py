@@ -1,6 +1,6 @@
 """The lab's page (lab/README.md) is what its kept records give, byte for byte, in the whole
 suite (a second and a half): `python lab/page.py --check`, as docs/testing.md says. The studies
-themselves run in the study tier (tests/test_studies.py)."""
+themselves run in the study tier (tests/lab/test_studies.py)."""
 from __future__ import annotations
 
 import json

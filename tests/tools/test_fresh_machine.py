@@ -1,0 +1,133 @@
+"""A GPU machine as it comes: a Python with torch and the rest, a fresh clone, and this package
+installed nowhere (tests/fresh_python.py makes both). The GPU run (tools/gpu_session.sh
+--archive) runs here on the CPU as a GPU machine meets it: the launch scripts install the clone
+where they need it."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fresh_python import bare_python, fresh_clone, imports_package
+from test_gpu_tier import GROUPS, assert_tier_record
+
+
+# What the GPU run's archive holds, at least: the session's log and probe, each step's record
+RECORDS = {"session.log", "probe.txt", "jpegs.log", "archive-left-out.txt", "gpu_decode.json",
+           "gpu_scripts.json", "gpu_compile.json", "gpu_processes.json",
+           "tier-decode/checks.jsonl", "tier-decode/output.log", "bench/smi/nd.console.txt"}
+
+
+def rows_of(path: Path) -> dict:
+    return {r["name"]: r for r in json.loads(path.read_text())["rows"]}
+
+
+@pytest.mark.slow
+def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path):
+    """The GPU run as tools/README.md gives it (gpu_session.sh --archive), on the CPU at tiny
+    sizes, from a fresh clone with a Python that has torch but not this package; then the
+    steps it leaves out (the whole tier simulated, peers, causes, loop) in a second call, which
+    reuses the JPEG set; then the quickstart."""
+    env = bare_python(tmp_path / "venv", with_packages=True)
+    clone = fresh_clone(tmp_path / "clone")
+    assert subprocess.run(["python", "-c", "import torch, pytest"], env=env).returncode == 0
+    assert not imports_package(env)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**env, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
+
+    archive = tmp_path / "back/gpu-run.tar.gz"
+    started = time.monotonic()
+    run = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--archive", str(archive)],
+                         cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - started
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+    assert wall < 900, wall
+    print(f"the GPU run on the CPU from a fresh clone: {wall:.0f} s, archive "
+          f"{archive.stat().st_size} bytes")
+    assert archive.stat().st_size < 30 * 2**20
+    back = tmp_path / "back/records"
+    with tarfile.open(archive) as tar:
+        names = {n.removeprefix("./") for n in tar.getnames()}
+        tar.extractall(back, filter="data")
+    assert RECORDS <= names, sorted(names)
+    assert not [n for n in names if n.lower().endswith((".jpg", ".jpeg", ".pth"))], names
+    assert "model_best.pth" in (back / "archive-left-out.txt").read_text()
+    log = (back / "session.log").read_text()
+    assert re.findall(r"^gpu_session: (\S+): exit 0 after", log, re.M) == [
+        "decode", "scripts", "compile", "tier-decode", "smi"], log
+    # the JPEG set outside the records, where the next call finds it
+    assert (tmp / "imagenet_recipes-jpegs/cpu/train").is_dir()
+    made = (tmp / "imagenet_recipes-jpegs/cpu/.synthetic.json").stat().st_mtime_ns
+    assert f"JPEG set in {tmp}/imagenet_recipes-jpegs/cpu" in log
+    probe = (back / "probe.txt").read_text()
+    for decoder in ("torchcodec", "nvimgcodec"):
+        assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*the CPU", probe, re.M), probe
+    # each record: the decode-only rows first, nd-synthetic measured there and reused after
+    decode = rows_of(back / "gpu_decode.json")
+    for name in ("nd-synthetic", "decode-pytorch", "decode-gpu-torchcodec",
+                 "decode-gpu-nvimgcodec"):
+        assert decode[name]["status"] == "ok", decode[name]
+    scripts = rows_of(back / "gpu_scripts.json")
+    for name in ("pytorch-loader", "gpu-decode", "gpu-decode-nvimgcodec"):
+        assert scripts[name]["status"] == "ok" and scripts[name]["ratio"] > 0, scripts[name]
+    assert scripts["nd-synthetic"]["detail"]["reused_from"].endswith("/gpu_decode.json")
+    compiled = rows_of(back / "gpu_compile.json")["gpu-decode-nvimgcodec-compile"]
+    assert compiled["status"] == "ok" and "--compile" in compiled["config"], compiled
+    tier = [json.loads(line) for line in
+            (back / "tier-decode/checks.jsonl").read_text().splitlines()]
+    decode_checks = [c for c in tier if c["kind"] == "check"]
+    assert decode_checks and {c["group"] for c in decode_checks} == {"decode"}
+    assert all(c["status"] in ("passed", "skipped") for c in decode_checks), decode_checks
+    assert any(c["status"] == "passed" for c in decode_checks)
+    look = json.loads((back / "gpu_processes.json").read_text())["samples"][0]
+    assert look["nvidia_smi"] == "missing"
+    assert len([p for p in look["descendants"] if p["role"] == "loader worker"]) == 8
+    # installed where the session found it missing, from the clone, importable from anywhere
+    assert imports_package(env)
+    where = subprocess.run(["python", "-c", "import imagenet_recipes; print(imagenet_recipes."
+                            "__file__)"], cwd="/", env=env, capture_output=True, text=True)
+    assert where.stdout.startswith(str(clone)), where.stdout
+
+    out = tmp_path / "session"
+    # stand-ins for timm's train.py and benchmark.py: the peers and causes steps run whole
+    from test_bench_gpu import STAND_IN_TIMM_BENCHMARK
+    from test_benchmarks import stand_in_peers
+
+    peers = tmp_path / "peers"
+    peers.mkdir()
+    stand_in_peers(peers)
+    (peers / "benchmark.py").write_text(STAND_IN_TIMM_BENCHMARK)
+    steps = ["--steps", "tier,peers,causes,loop"]
+    # the tier's groups two side by side, as a GPU machine runs them (three there)
+    session = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
+                              "--peers", str(peers), *steps], cwd=clone, capture_output=True,
+                             text=True, timeout=1500, env={**env, "GPU_CHECK_JOBS": "2"})
+    log = (out / "session.log").read_text()
+    assert session.returncode == 0, log + session.stdout[-4000:] + session.stderr[-3000:]
+    for step in ("tier", "peers", "causes", "loop"):
+        assert f"gpu_session: {step}: exit 0 after" in log, log
+    # the first call's JPEG set, reused as it was
+    assert (tmp / "imagenet_recipes-jpegs/cpu/.synthetic.json").stat().st_mtime_ns == made
+    assert "ModuleNotFoundError" not in (out / "tier/output.log").read_text()
+    assert_tier_record(out / "tier", GROUPS, session.stdout)
+    checks = [json.loads(line) for line in (out / "tier/checks.jsonl").read_text().splitlines()]
+    entries = [c for c in checks if c["kind"] == "check" and c["group"] == "entries"]
+    assert entries and all(c["status"] == "passed" for c in entries), entries
+    # the same command again goes on where it stopped: every step is done
+    again = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
+                            "--peers", str(peers), *steps], cwd=clone, capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert again.stdout.count("finished in an earlier call") == 4, again.stdout
+
+    quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "2"], cwd=clone,
+                           env={**env, "RECIPES_VENV": "system"}, capture_output=True,
+                           text=True, timeout=600)
+    assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-3000:]
+    assert "quickstart: done" in quick.stdout
