@@ -17,7 +17,7 @@
 # its own packages, and installs the clone in it (editable, no dependencies) if it is not.
 # RECIPES_REQUIREMENTS=FILE (relative to the repository, or absolute) builds and uses the venv of
 # another requirements file instead, keyed by its own hash: requirements-oldest.txt is the oldest
-# supported torch/torchvision (launch/smoke_oldest.sh).
+# supported torch/torchvision (tests/smoke_oldest.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 

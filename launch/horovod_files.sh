@@ -11,7 +11,7 @@
 # setuptools and wheel (the build; installed where the environment lacks them), cloudpickle,
 # psutil, pyyaml, packaging and cffi (Horovod's runtime), and cmake 3.x (used only where the
 # machine has no cmake 3.13-3.x), at the versions of launch/horovod-build-deps.txt. pip takes from DIR only what the environment lacks. Sizes in
-# docs/testing.md; about 34 MB, 28 of them cmake's.
+# tools/README.md ("Horovod on the GPU machine"); about 34 MB, 28 of them cmake's.
 #
 # Versions are pinned (launch/horovod-build-deps.txt: those the suite is run with), so every
 # machine builds with the same ones. A DIR that already holds them for that Python version

@@ -14,7 +14,7 @@
 #   slurm         when run as root without SLURM: slurm-wlm + munge from Debian, for
 #                 tests/test_slurm.py (it starts its own local cluster); without root those tests
 #                 skip and say why
-#   smoke-oldest  run with no arguments (as CI does): launch/smoke_oldest.sh, a few minutes of
+#   smoke-oldest  run with no arguments (as CI does): tests/smoke_oldest.sh, a few minutes of
 #                 unit tests and short training runs on the oldest supported torch/torchvision,
 #                 in that stack's own virtualenv (requirements-oldest.txt). RECIPES_SMOKE_OLDEST=0
 #                 skips it
@@ -82,7 +82,7 @@ phase slurm "slurm-wlm and munge could not be installed from Debian; nothing was
   install_slurm
 if [ $# = 0 ] && [ "${RECIPES_SMOKE_OLDEST:-1}" != 0 ]; then
   phase smoke-oldest "the oldest supported stack (requirements-oldest.txt) failed its smoke \
-test (above); the suite did not run" bash launch/smoke_oldest.sh
+test (above); the suite did not run" bash tests/smoke_oldest.sh
 fi
 # Two workers (pytest-xdist): most tests start process groups that wait on each other, on
 # sockets and on timers more than they compute, so a second worker fills the idle CPU.

@@ -38,7 +38,7 @@ for name, pin in pins.items():
 EOF
 
 $env python -m pytest -q -p no:cacheprovider tests/test_precision.py tests/test_units.py \
-  tests/test_recipe.py tests/test_bench_common.py tests/test_scaling_model.py
+  tests/test_recipe.py tests/tools/test_bench_common.py tests/tools/test_scaling_model.py
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -7,7 +7,7 @@
 # slower than fp32. To keep the measurement for RESULTS.md:
 #   launch/env.sh python -m imagenet_recipes.bench.regenerate --archive runs/bench-cpu-<stamp> cpu
 #
-#   bash launch/bench_cpu.sh            # ~12 minutes on a 2-core box
+#   bash tools/bench_cpu.sh            # ~12 minutes on a 2-core box
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${LOGDIR:-runs/bench-cpu-$(date +%Y%m%d-%H%M%S)}"  # fresh per invocation

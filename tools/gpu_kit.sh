@@ -3,7 +3,7 @@
 # has one: the GPU decoders' wheels, Horovod's files, and (from a clone of timm) the peers'
 # scripts. For the node's Python version (default 3.12) on x86_64 Linux.
 #
-#   bash launch/gpu_kit.sh DIR [--python-version 3.12] [--timm CLONE]
+#   bash tools/gpu_kit.sh DIR [--python-version 3.12] [--timm CLONE]
 #
 # DIR gets
 #   wheels/    torchcodec 0.17.0 (10 MB), nvidia-nvimgcodec-cu13 0.9.0.20 (25 MB) and
@@ -12,7 +12,7 @@
 #   benchmark.py, train.py   timm's, copied from --timm CLONE (a clone of
 #              huggingface/pytorch-image-models at the tag of the installed timm), for
 #              gpu_session.sh --peers DIR
-# On the node (docs/testing.md, "The next GPU run"):
+# On the node (tools/README.md, "The GPU run"):
 #   pip install --no-index --no-deps DIR/wheels/*.whl
 #   bash launch/install_horovod.sh --gpu --python python3 --find-links DIR/horovod
 set -euo pipefail
@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -z "$dir" ]; then
-  echo "gpu_kit: usage: launch/gpu_kit.sh DIR [--python-version V] [--timm CLONE]" >&2
+  echo "gpu_kit: usage: tools/gpu_kit.sh DIR [--python-version V] [--timm CLONE]" >&2
   exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,7 +36,7 @@ mkdir -p "$dir/wheels"
 python3 -m pip --disable-pip-version-check download --quiet --no-deps --only-binary :all: \
   --python-version "$version" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
   -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.4.44
-bash "$here/horovod_files.sh" "$dir/horovod" "$version" >/dev/null
+bash "$here/../launch/horovod_files.sh" "$dir/horovod" "$version" >/dev/null
 if [ -n "$timm" ]; then
   cp "$timm/benchmark.py" "$timm/train.py" "$dir/"
 fi

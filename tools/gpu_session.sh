@@ -6,10 +6,10 @@
 # (Horovod is left out: it needs a build, launch/install_horovod.sh); this clone is installed
 # into the Python that runs it where that Python does not import it yet (install_clone.sh).
 #
-#   bash launch/gpu_session.sh --wheels gpu-kit/wheels --archive $OUT/gpu-run.tar.gz
+#   bash tools/gpu_session.sh --wheels gpu-kit/wheels --archive $OUT/gpu-run.tar.gz
 #                                                      # the GPU run: within 8 minutes
-#   bash launch/gpu_session.sh --cpu --archive run.tar.gz      # the same steps, tiny, on a CPU
-#   bash launch/gpu_session.sh --out DIR --steps tier,peers --peers PEERS   # other steps
+#   bash tools/gpu_session.sh --cpu --archive run.tar.gz      # the same steps, tiny, on a CPU
+#   bash tools/gpu_session.sh --out DIR --steps tier,peers --peers PEERS   # other steps
 #
 # The default steps, in this order (--steps picks steps and runs them in the order it names):
 #   step         what (records in DIR)                                              H200, s
@@ -55,7 +55,7 @@
 # run again. --data DIR: the JPEG set, made there once and reused (default:
 # $TMPDIR/imagenet_recipes-jpegs/gpu, or /cpu with --cpu), never inside DIR.
 # --wheels DIR: wheel files installed first (pip install --no-index --no-deps DIR/*.whl): the
-# GPU decoders a machine without a registry lacks (launch/gpu_kit.sh DIR fetches them into
+# GPU decoders a machine without a registry lacks (tools/gpu_kit.sh DIR fetches them into
 # DIR/wheels: TorchCodec, nvImageCodec and nvJPEG, 38.7 MB for Python 3.12).
 # --archive PATH: at the end, DIR's records as one .tar.gz (session.log, probe.txt, gpu_*.json,
 # tier*/ and bench/*/ with the runs' logs and console output; no JPEGs, no checkpoints, no file

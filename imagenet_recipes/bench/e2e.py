@@ -14,7 +14,7 @@ GPU-hours).
         --repeats 5
     python -m imagenet_recipes.bench.e2e --peer main.py --timm train.py \
         --json results/e2e/bench_e2e.json
-    # the same CPU as one without native bf16 (as launch/bench_cpu.sh holds it):
+    # the same CPU as one without native bf16 (as tools/bench_cpu.sh holds it):
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python -m imagenet_recipes.bench.e2e \
         --peer main.py --timm train.py --json results/e2e/bench_e2e_avx2.json
 
@@ -395,7 +395,7 @@ def block(folder: Path, figures: Path) -> str:
 
 def isa_limit() -> str:
     """The CPU features this run was held to, as the environment variables that hold it
-    (launch/bench_cpu.sh's way of showing a CPU without native bf16 on one with it), or ''."""
+    (tools/bench_cpu.sh's way of showing a CPU without native bf16 on one with it), or ''."""
     return " ".join(f"{name}={os.environ[name]}" for name in ISA_VARIABLES if name in os.environ)
 
 

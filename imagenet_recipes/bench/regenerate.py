@@ -13,7 +13,7 @@ writes the same blocks on every machine, and figures that show the same data (`f
 what `--check` compares):
 
   results/quickstart/         the `quickstart` block and figures/quickstart_curves.png
-  results/cpu/                the `bench_cpu` block (launch/bench_cpu.sh)
+  results/cpu/                the `bench_cpu` block (tools/bench_cpu.sh)
   results/io/                 the `bench_io` block and figures/io.png
                               (bench.io --json results/io/bench_io.json)
   results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
@@ -96,7 +96,7 @@ def sweep_block(folder: Path, figures: Path) -> str:
 
 
 def cpu_block(folder: Path, figures: Path) -> str:
-    """launch/bench_cpu.sh: nd vs DDP, fp32 vs bf16 (native and emulated), synthetic vs JPEG."""
+    """tools/bench_cpu.sh: nd vs DDP, fp32 vs bf16 (native and emulated), synthetic vs JPEG."""
     from imagenet_recipes.bench import summarize
 
     runs = run_dirs(folder)
