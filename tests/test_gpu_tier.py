@@ -2,7 +2,7 @@
 every check and says why; it refuses to start without CUDA unless asked to simulate; and the
 simulation (every check on the CPU, over gloo) runs each group end to end and writes the record,
 a line per finished check (assert_tier_record; run from a fresh clone by
-tests/test_fresh_machine.py, through gpu_session.sh). A group stopped by its time limit records
+tests/tools/test_fresh_machine.py, through gpu_session.sh). A group stopped by its time limit records
 the check it was in and leaves no process behind."""
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def assert_tier_record(out: Path, groups, output: str = "") -> None:
     group's session describes the machine, then its checks; every check passed or skipped, at
     least one passed per group, each check function exactly once (its first parameter set);
     the small logs come back, the checkpoints do not. The simulation itself runs in
-    tests/test_fresh_machine.py (gpu_session.sh --cpu from a fresh clone: every group, two side
+    tests/tools/test_fresh_machine.py (gpu_session.sh --cpu from a fresh clone: every group, two side
     by side)."""
     for group in groups:
         assert f"gpu_check: group {group}: exit 0 after" in output, output[-3000:]

@@ -24,12 +24,13 @@ def read(folder: Path) -> List[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def block(folder: Path, figures: Path = None) -> str:
+def summary(folder: Path, root: Path) -> dict:
+    """One record's counts, machines and rows (None: no record there)."""
     lines = read(folder)
     machines = [r for r in lines if r["kind"] == "environment"]
     checks = [r for r in lines if r["kind"] == "check"]
     if not checks:
-        return render("gpu_tier", counts=None)
+        return None
     counts = ", ".join(f"{sum(c['status'] == s for c in checks)} {s}" for s in STATUSES)
     seen = []
     for env in machines:
@@ -42,4 +43,14 @@ def block(folder: Path, figures: Path = None) -> str:
             seen.append(text)
     rows = [[c["group"], c["check"], c["status"], c["detail"].replace("|", "/").replace(
         "\n", " ")[:300], f"{c['seconds']:.0f}"] for c in checks]
-    return render("gpu_tier", counts=counts, machines=seen, rows=rows)
+    path = (folder / "checks.jsonl").relative_to(root.parent.parent)  # results/gpu-tier/...
+    return {"path": str(path), "counts": counts, "machines": seen, "rows": rows}
+
+
+def block(folder: Path, figures: Path = None) -> str:
+    """The record in results/gpu-tier/ first, then each later machine's in a folder of its own
+    (results/gpu-tier/<machine>/), each with its counts as the record has them."""
+    folders = [folder, *sorted(p for p in folder.iterdir() if p.is_dir())] \
+        if folder.is_dir() else []
+    records = [summary(f, folder) for f in folders]
+    return render("gpu_tier", records=[r for r in records if r])

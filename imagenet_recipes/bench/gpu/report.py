@@ -54,10 +54,22 @@ def records(folder: Path) -> List[tuple]:
     return sorted(found, key=lambda item: (item[1]["date"], item[0]))
 
 
+def _cells(i: int, row: dict) -> list:
+    """A measured row's cells in the table; i: the record it comes from."""
+    ratio = (f"{row['ratio']:.3f}x {row['reference']}" if row["ratio"] is not None
+             else "")
+    marks = {True: "met", False: "**MISSED**", None: "not assessed"}
+    targets = "; ".join(f"{t['text']}: {marks[t['met']]}" for t in row["targets"])
+    spread = (f"{min(row['repeats']):,.0f}-{max(row['repeats']):,.0f}" if row["repeats"]
+              else "")
+    return [f"{row['name']} [{i}]", row["config"], targets or "-", f"{row['img_s']:,.1f}",
+            ratio, _memory(row["peak_bytes"]), spread]
+
+
 def block(folder: Path, figures: Optional[Path] = None) -> str:
     """RESULTS.md's `gpu` block from the records in `folder` (results/gpu/): every row once,
-    from the latest record that measured it; or, without a record, a plain statement that none
-    exists."""
+    from the latest record that measured it, then the earlier measurements of the rows measured
+    again; or, without a record, a plain statement that none exists."""
     kept = records(folder)
     if not kept:
         return render("gpu", records=None)
@@ -67,8 +79,11 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
             latest[row["name"]] = (i, row)
     order = {name: n for n, name in enumerate(ROW_ORDER)}
     shown = sorted(latest.values(), key=lambda item: order.get(item[1]["name"], len(order)))
+    # a row measured again later: its earlier measurements stay on the page, below the table
+    earlier = [(i, row) for i, (_, record) in enumerate(kept, 1) for row in record["rows"]
+               if latest[row["name"]][0] != i and row["status"] == "ok"]
     used = []  # the records some row comes from: (number, file name, record, versions)
-    for i in sorted({i for i, _ in shown}):
+    for i in sorted({i for i, _ in shown + earlier}):
         name, record = kept[i - 1]
         env = record["environment"]
         used.append((i, name, record, ", ".join(
@@ -81,17 +96,11 @@ def block(folder: Path, figures: Optional[Path] = None) -> str:
             table.append([name, row["config"], f"{row['status']}: {row['note']}".replace(
                 "|", "/"), "", "", "", ""])
             continue
-        ratio = (f"{row['ratio']:.3f}x {row['reference']}" if row["ratio"] is not None
-                 else "")
-        marks = {True: "met", False: "**MISSED**", None: "not assessed"}
-        targets = "; ".join(f"{t['text']}: {marks[t['met']]}" for t in row["targets"])
-        spread = (f"{min(row['repeats']):,.0f}-{max(row['repeats']):,.0f}" if row["repeats"]
-                  else "")
-        table.append([name, row["config"], targets or "-", f"{row['img_s']:,.1f}", ratio,
-                      _memory(row["peak_bytes"]), spread])
+        table.append(_cells(i, row))
     causes = any(UNITS.get(row["unit"]) and UNITS[row["unit"]].group == "causes"
                  for _, row in shown)
     return render("gpu", records=used, rows=table, causes=causes,
+                  earlier=[_cells(i, row) for i, row in earlier],
                   met=sum(t["met"] is True for _, r in shown for t in r["targets"]),
                   missed=sum(t["met"] is False for _, r in shown for t in r["targets"]),
                   shown_commit=shown_commit)
