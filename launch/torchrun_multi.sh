@@ -4,7 +4,7 @@
 # so no --node-rank is needed and the nodes may start in any order.
 #
 #   launch/torchrun_multi.sh NNODES HEAD[:PORT] SCRIPT [ARGS...]
-#   launch/torchrun_multi.sh 2 node01:29500 train/ddp_apex.py -a resnet50 --opt-level O2 /data/imagenet
+#   launch/torchrun_multi.sh 2 node01:29500 train/ddp_apex.py --config nvidia_rn50_amp /data/imagenet
 #
 #   NNODES       number of nodes (or MIN:MAX for an elastic range)
 #   HEAD[:PORT]  a host all nodes can reach (e.g. the first node); it hosts the rendezvous store

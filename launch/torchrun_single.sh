@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # torchrun on one node: one process per GPU, or NPROC processes on a CPU-only machine.
 #
-#   launch/torchrun_single.sh train/ddp_apex.py -a resnet50 -b 208 --opt-level O2 /data/imagenet
+#   launch/torchrun_single.sh train/ddp_apex.py --config nvidia_rn50_amp /data/imagenet
 #   NPROC=2 launch/torchrun_single.sh train/ddp.py -a resnet18 --image-size 64 data/synthetic
 #
 #   NPROC        processes (default: the GPUs visible through CUDA_VISIBLE_DEVICES or nvidia-smi;
