@@ -1,5 +1,6 @@
 """RESULTS.md's `gpu_tier` block: what the GPU tier (tests/gpu/, `bash launch/gpu_check.sh`)
-recorded on a GPU machine, from results/gpu-tier/checks.jsonl.
+recorded on each GPU machine, from results/gpu-tier/checks.jsonl and a later machine's
+results/gpu-tier/<machine>/checks.jsonl.
 
     bash launch/gpu_check.sh --out gpu-record GROUPS...            # on the GPU machine
     launch/env.sh python -m imagenet_recipes.bench.regenerate --archive gpu-record gpu-tier   # here
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from imagenet_recipes.bench.render import render
 
@@ -24,7 +25,7 @@ def read(folder: Path) -> List[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def summary(folder: Path, root: Path) -> dict:
+def summary(folder: Path, root: Path) -> Optional[dict]:
     """One record's counts, machines and rows (None: no record there)."""
     lines = read(folder)
     machines = [r for r in lines if r["kind"] == "environment"]
