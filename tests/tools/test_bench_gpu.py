@@ -495,12 +495,15 @@ def test_reuse_takes_only_a_brought_unit_from_a_record_of_the_same_configuration
     assert reused(["pytorch-loader"], config, status="failed") is None
 
 
-NVIDIA_SMI = """#!/usr/bin/env bash
-# nvidia-smi --query-compute-apps as a GPU machine prints it: the trainer holds the GPU
+def stand_in_nvidia_smi(run_folder: Path) -> str:
+    """nvidia-smi --query-compute-apps as a GPU machine prints it: the trainer holds the GPU.
+    Only the trainer whose command line names run_folder: other tests' trainers run beside it."""
+    return f"""#!/usr/bin/env bash
 echo "pid, process_name, used_memory [MiB]"
 for p in /proc/[0-9]*; do
-  if tr '\\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q "^[^ ]*python[^ ]* [^ ]*train/nd.py"; then
-    echo "${p#/proc/}, python, 1234 MiB"
+  if tr '\\0' ' ' < "$p/cmdline" 2>/dev/null \\
+      | grep -q "^[^ ]*python[^ ]* [^ ]*train/nd.py .*{run_folder}/"; then
+    echo "${{p#/proc/}}, python, 1234 MiB"
   fi
 done
 """
@@ -519,7 +522,7 @@ def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path
                                  max_size=60))
     smi = tmp_path / "bin/nvidia-smi"
     smi.parent.mkdir()
-    smi.write_text(NVIDIA_SMI)
+    smi.write_text(stand_in_nvidia_smi(tmp_path))
     smi.chmod(0o755)
     tiny = ["--data", tmp_path / "jpegs", "--device", "cpu", "-a", "timm/test_resnet",
             "--image-size", "32", "-b", "4", "--amp-dtype", "bfloat16", "-j", "2"]
