@@ -69,17 +69,17 @@ def test_the_hardware_tables_commands_are_the_ones_users_meet_elsewhere(capsys):
 
 # the forms an 8-GPU-per-node ImageNet command may take: a preset by name, and on several nodes
 # its published global batch; options may follow the preset (a visible change to it)
+_ENTRY = r"(?:train/\w+\.py|-m imagenet_recipes\.train\.\w+)"
+_PRESET = r"--config (?P<preset>\w+)(?: --?[\w-]+(?: [\w.-]+)?)*"  # options may follow it
 EIGHT_GPU_FORMS = [
-    re.compile(r"torchrun --nproc_per_node=8 (?:train/\w+\.py|-m imagenet_recipes\.train\.\w+)"
-               r" --config (?P<preset>\w+)(?: --?[\w-]+(?: [\w.-]+)?)* /data/imagenet"),
-    re.compile(r"torchrun --nnodes=\d+ --nproc_per_node=8 (?:--rdzv[\w-]*=\S+ )*"
-               r"(?:train/\w+\.py|-m imagenet_recipes\.train\.\w+) --config (?P<preset>\w+)"
-               r"(?: --?[\w-]+(?: [\w.-]+)?)* --global-batch published /data/imagenet"),
-    re.compile(r"sbatch --gpus-per-node=8 launch/slurm/ddp_amp_single_node\.sbatch "
-               r"/data/imagenet --config (?P<preset>\w+)(?: --?[\w-]+(?: [\w.-]+)?)*"),
-    re.compile(r"sbatch --nodes=\d+ --gpus-per-node=8 (?:--partition=P --account=A )?"
-               r"launch/slurm/ddp_amp_multi_node\.sbatch /data/imagenet --config (?P<preset>\w+)"
-               r"(?: --?[\w-]+(?: [\w.-]+)?)* --global-batch published"),
+    re.compile(rf"torchrun --nproc_per_node=8 {_ENTRY} {_PRESET} /data/imagenet"),
+    re.compile(rf"torchrun --nnodes=\d+ --nproc_per_node=8 (?:--rdzv[\w-]*=\S+ )*{_ENTRY} "
+               rf"{_PRESET} --global-batch published /data/imagenet"),
+    re.compile(rf"sbatch --gpus-per-node=8 launch/slurm/ddp_amp_single_node\.sbatch "
+               rf"/data/imagenet {_PRESET}"),
+    re.compile(rf"sbatch --nodes=\d+ --gpus-per-node=8 (?:--partition=P --account=A )?"
+               rf"launch/slurm/ddp_amp_multi_node\.sbatch /data/imagenet {_PRESET} "
+               rf"--global-batch published"),
 ]
 _COMMAND = re.compile(r"(?:torchrun|sbatch)\s[^`|#\n]*/data/imagenet[^`|#\n]*")
 

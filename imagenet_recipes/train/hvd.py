@@ -4,8 +4,8 @@
     horovodrun -np 2 --gloo python train/hvd.py -a resnet18 data/synthetic    # CPU
 
 Horovod must be built for the installed torch first: `bash launch/install_horovod.sh`.
-(The file is not called horovod.py: this folder comes first on sys.path and would shadow the
-horovod package.)
+(The clone's train/hvd.py is not called horovod.py: a script's folder comes first on sys.path
+and would shadow the horovod package.)
 """
 from imagenet_recipes.cli import main as run
 
