@@ -61,6 +61,33 @@ def test_region_decoding_gives_the_samples_of_whole_decoding(tiny_imagefolder, e
     assert count > 20 and regions_decoded == [True] * count  # every one through its region
 
 
+@pytest.mark.parametrize("shift", [(0, 16), (16, 0), (0, 1)], ids=["one-MCU-right",
+                                                                     "one-MCU-down", "one-pixel"])
+def test_a_region_off_by_one_block_gives_other_pixels(tiny_imagefolder, monkeypatch, shift,
+                                                      regions_decoded):
+    """What the test above would see if the region decoded were not the crop's box: the box
+    moved by one 16-pixel block (a 4:2:0 JPEG's MCU) or by one pixel gives other pixels for
+    every sample decoded through it."""
+    nvimgcodec = jpeg_decoders.import_nvimgcodec()
+    exact = nvimgcodec.Region
+    down, right = shift
+
+    def moved(top, left, bottom, right_edge):
+        # up or left where the box can move so; else down or right, which leaves the image
+        # where the box already touches its far edge (nvImageCodec then decodes nothing and
+        # the file is decoded whole)
+        dy = -down if top >= down else down
+        dx = -right if left >= right else right
+        return exact(top + dy, left + dx, bottom + dy, right_edge + dx)
+
+    monkeypatch.setattr(nvimgcodec, "Region", moved)
+    alike = [torch.equal(image, image_whole)
+             for _, (image, *_), (image_whole, *_) in pairs(tiny_imagefolder)]
+    through_moved_box = [same for same, decoded in zip(alike, regions_decoded) if decoded]
+    assert len(through_moved_box) >= 10 and not any(through_moved_box), \
+        (sum(through_moved_box), len(through_moved_box), len(alike))
+
+
 def test_files_other_than_plain_jpegs_are_decoded_whole_alike(tiny_imagefolder, tmp_path,
                                                               regions_decoded):
     data = tmp_path / "data"

@@ -135,7 +135,7 @@ def stage_functions(data: Path, images: int, size: int, batch: int):
     })
     if reader:
         stages["sample, default"] = samples(True)
-    ready = [(o.contiguous(), 0, 0) for o in outputs]
+    ready = [(o, 0, 0) for o in outputs]  # laid out as a sample is: resized HWC
     batches = [ready[k:k + batch] for k in range(0, len(ready) - batch + 1, batch)] or [ready]
     stages["collate"] = lambda: [collate_uint8(b) for b in batches]
     stages["hand-over + collate"] = handover(ready, batch)
@@ -145,16 +145,17 @@ def stage_functions(data: Path, images: int, size: int, batch: int):
 
 class _Ready(torch.utils.data.Dataset):
     """Samples made ahead, in one tensor: a list of tensors would reach a forkserver worker as
-    one file descriptor each, more than it takes."""
+    one file descriptor each, more than it takes. Each comes out laid out as it went in: CHW
+    views of HWC pixels, as the region path makes them."""
 
     def __init__(self, samples):
-        self.images = torch.stack([image for image, _, _ in samples])
+        self.images = torch.stack([image.permute(1, 2, 0) for image, _, _ in samples])
 
     def __len__(self):
         return len(self.images)
 
     def __getitem__(self, index):
-        return self.images[index], 0, 0
+        return self.images[index].permute(2, 0, 1), 0, 0
 
 
 def handover(ready: List, batch: int) -> Callable:

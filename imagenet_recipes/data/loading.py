@@ -34,10 +34,12 @@ class UInt8Normalizer:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        # In place on the one float copy: every new batch-sized tensor is fresh memory that a
-        # CPU has to fault in (python -m imagenet_recipes.bench.io, `pytorch backend` row).
-        images = images.to(torch.float32, copy=True).sub_(self.mean).mul_(self.inv_std)
-        return images.contiguous(memory_format=self.memory_format)
+        # In place on the one float copy, made in the layout asked for whatever the batch's own
+        # (the pytorch backend's training batches arrive channels-last): every new batch-sized
+        # tensor is fresh memory that a CPU has to fault in (python -m
+        # imagenet_recipes.bench.io, `pytorch backend` row).
+        images = images.to(torch.float32, memory_format=self.memory_format, copy=True)
+        return images.sub_(self.mean).mul_(self.inv_std)
 
 
 class SampledLoader:
