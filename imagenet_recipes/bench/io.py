@@ -3,6 +3,7 @@
     launch/env.sh python -m imagenet_recipes.bench.io                    # generated data, all cores
     launch/env.sh python -m imagenet_recipes.bench.io /data/imagenet --images 20000 --figure io.png
     launch/env.sh python -m imagenet_recipes.bench.io --json results/io/bench_io.json   # keep it for RESULTS.md
+    launch/env.sh python -m imagenet_recipes.bench.io --workers 1 --json results/io/bench_io_per_core.json
 
 Every contender produces training batches with the same augmentation (RandomResizedCrop to
 --image-size with the standard scale/ratio ranges, random horizontal flip) from the same files,
@@ -13,6 +14,9 @@ warm-up pass, the contenders taking turns; the figure is the median:
   decode torchvision    full decode only, torchvision.io.decode_jpeg, one process per core
   classic ImageFolder   torchvision ImageFolder + PIL + RandomResizedCrop + flip + ToTensor +
                         Normalize in a DataLoader, as in pytorch/examples
+  timm loader           timm's create_loader as its train.py uses it (PIL, its own
+                        RandomResizedCrop, uint8 batches normalised by its PrefetchLoader on the
+                        device), colour jitter off
   pytorch backend       this repository's --data-backend pytorch (uint8 decode and batches,
                         normalised on the device)
   DALI CPU-only         --data-backend dali-cpu on a machine without GPU (every op on the CPU):
@@ -27,8 +31,11 @@ warm-up pass, the contenders taking turns; the figure is the median:
                         normalisation or hand-over to torch)
 
 The two decode-only rows are the ceiling for a CPU loader (no crop, resize or batching at all).
-Prints a Markdown table (--figure PATH: draws it too); --json keeps the measurement's record (for
-results/io/, from which bench.regenerate rewrites RESULTS.md's block and figures/io.png).
+Prints a Markdown table (--figure PATH: draws it too) with the img/s and the CPU seconds per image
+(the whole machine's busy time: measure on a quiet machine); --json keeps the measurement's record
+(for results/io/: bench_io_per_core.json with one worker, bench_io.json with all cores, from which
+bench.regenerate rewrites RESULTS.md's block, figures/io_per_core.png and figures/io.png, and
+estimates from the one-worker rate what the `pytorch` backend feeds a GPU with N cores each).
 This is a benchmark, not a test.
 """
 from __future__ import annotations
@@ -49,7 +56,7 @@ from torchvision import transforms
 
 from imagenet_recipes.bench.common import (cpu_cores, git_commit, machine, shown_command,
                           shown_commit)
-from imagenet_recipes.bench.jobs import dataset_command, make_dataset
+from imagenet_recipes.bench.jobs import busy_cpu_seconds, dataset_command, make_dataset
 from imagenet_recipes.bench.render import render
 
 from imagenet_recipes.config import parse_args
@@ -118,6 +125,22 @@ def classic_imagefolder(train_dir: Path, batch: int, size: int, workers: int):
     return _loader_pass(loader)
 
 
+def timm_loader(train_dir: Path, batch: int, size: int, workers: int):
+    """timm's training loader as its train.py builds it on this machine's device: PIL decode,
+    RandomResizedCropAndInterpolation + flip in the workers, uint8 batches normalised by its
+    PrefetchLoader on the device. Colour jitter off (train.py's default 0.4 jitters colours; the
+    other loaders do not)."""
+    from timm.data import create_dataset, create_loader
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dataset = create_dataset("", root=str(train_dir), is_training=True)
+    loader = create_loader(dataset, input_size=(3, size, size), batch_size=batch,
+                           is_training=True, color_jitter=0.0, num_workers=workers,
+                           device=device, use_prefetcher=True, persistent_workers=True,
+                           pin_memory=device.type == "cuda")
+    return _loader_pass(loader, sync=device.type == "cuda")
+
+
 def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers: int,
                         device: torch.device):
     """The training loader a run of this repository would use, built the same way."""
@@ -150,34 +173,49 @@ def _loader_pass(loader, sync: bool = False, epochs: bool = False):
 
 def measure(passes_by_name: dict, passes: int) -> dict:
     """Warm every contender up, then time them in turns (pass 1 of each, pass 2 of each, ...) so
-    that drifts in a shared machine's speed hit all of them alike; median per contender."""
+    that drifts in a shared machine's speed hit all of them alike; median per contender. The CPU
+    seconds per image are the whole machine's busy time over the pass (/proc/stat: the workers,
+    the process consuming the batches, and anything else running, so measure on a quiet
+    machine), median of the passes."""
     for one_pass in passes_by_name.values():
         one_pass()  # warm-up: worker start, pipeline build, page cache
     rates = {name: [] for name in passes_by_name}
+    cpu = {name: [] for name in passes_by_name}
     for _ in range(passes):
         for name, one_pass in passes_by_name.items():
-            start = time.perf_counter()
+            start, busy = time.perf_counter(), busy_cpu_seconds()
             images = one_pass()
             rates[name].append(images / (time.perf_counter() - start))
+            if busy is not None:
+                cpu[name].append((busy_cpu_seconds() - busy) / images)
     for one_pass in passes_by_name.values():
         one_pass.close()
-    return {name: {"img_s": statistics.median(r), "runs": [round(x, 1) for x in r]}
+    return {name: {"img_s": statistics.median(r), "runs": [round(x, 1) for x in r],
+                   "cpu_ms_per_image": (round(1000 * statistics.median(cpu[name]), 3)
+                                        if cpu[name] else None)}
             for name, r in rates.items()}
 
 
 # --- report --------------------------------------------------------------------------------------
-def table(record: dict) -> str:
-    """The RESULTS.md block from a measurement's record (what --json writes)."""
+def kind(record: dict) -> tuple:
+    """-> (file, title, figure) of a record in results/io/: one worker, or all cores."""
+    return RECORDS[0] if record["config"]["workers"] == 1 else RECORDS[1]
+
+
+def table(record: dict, estimate: Optional[dict] = None) -> str:
+    """A RESULTS.md block from a measurement's record (what --json writes)."""
     results, cfg = record["results"], record["config"]
+    name, title, figure = kind(record)
     classic = results.get("classic ImageFolder", {}).get("img_s")
-    ceiling = max((r["img_s"] for name, r in results.items() if name.startswith("decode")),
+    ceiling = max((r["img_s"] for loader, r in results.items() if loader.startswith("decode")),
                   default=None)
-    rows = [[name, f"{r['img_s']:.0f}", f"{r['img_s'] / cfg['workers']:.0f}",
+    rows = [[loader, f"{r['img_s']:.0f}", f"{r['img_s'] / cfg['workers']:.0f}",
+             f"{r['cpu_ms_per_image']:.2f}" if r.get("cpu_ms_per_image") else "-",
              f"{r['img_s'] / classic:.2f}x" if classic else "-",
              f"{100 * r['img_s'] / ceiling:.0f}%" if ceiling else "-",
-             ", ".join(f"{x:.0f}" for x in r["runs"])] for name, r in results.items()]
+             ", ".join(f"{x:.0f}" for x in r["runs"])] for loader, r in results.items()]
     return render("io", record=record, cfg=cfg, commit=shown_commit(record["commit"]),
-                  rows=rows)
+                  rows=rows, name=name, title=title, figure=figure, estimate=estimate)
 
 
 def plot(record: dict, path: Path) -> None:
@@ -212,11 +250,59 @@ def plot(record: dict, path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+# The records bench.regenerate renders, in this order: (file, title, figure)
+RECORDS = (("bench_io_per_core.json", "Per core", "io_per_core.png"),
+           ("bench_io.json", "All cores", "io.png"))
+
+# The GPU node estimate: cores per GPU on common 8-GPU nodes (DGX H100/H200: 112 cores, 14
+# per GPU) and on the single-GPU machines of results/gpu/ (16)
+CORES_PER_GPU = (4, 8, 12, 16)
+
+
+def h200_rates(gpu_folder: Path) -> Optional[dict]:
+    """From the H200's kept bench.gpu record: its synthetic training rate, and what the
+    `pytorch` backend fed it with its workers. None where the record is not kept."""
+    path = gpu_folder / "h200_scripts.json"
+    if not path.exists():
+        return None
+    rows = {row["name"]: row for row in json.loads(path.read_text())["rows"]}
+    loader = rows.get("pytorch-loader")
+    return {"synthetic": rows["nd-synthetic"]["img_s"],
+            "loader": loader["img_s"] if loader else None,
+            "workers": loader["detail"]["workers"] if loader else None}
+
+
+def gpu_feed_estimate(record: dict, h200: Optional[dict]) -> Optional[dict]:
+    """What the `pytorch` backend feeds one GPU with N cores per GPU and its default N - 1
+    workers, two ways: from a one-worker record's rate on this machine (a worker alone, its
+    batches consumed by an idle process), and from what each worker delivered on the H200 node
+    (beside a training process on the same cores); against the H200's synthetic training rate.
+    None without a one-worker record of the backend or the H200's record."""
+    row = record["results"].get("pytorch backend")
+    if record["config"]["workers"] != 1 or row is None or not h200 or not h200["loader"]:
+        return None
+    here, synthetic = row["img_s"], h200["synthetic"]
+    node = h200["loader"] / h200["workers"]
+    return {"here": f"{here:.0f}", "node": f"{node:.0f}", "node_workers": h200["workers"],
+            "node_measured": f"{h200['loader']:,.0f}", "synthetic": f"{synthetic:,.0f}",
+            "rows": [[str(n), f"{(n - 1) * here:,.0f} ({(n - 1) * here / synthetic:.2f}x)",
+                      f"{(n - 1) * node:,.0f} ({(n - 1) * node / synthetic:.2f}x)"]
+                     for n in CORES_PER_GPU]}
+
+
 def block(folder: Path, figures: Path) -> str:
-    """bench.regenerate's section: table and figure from results/io/bench_io.json."""
-    record = json.loads((folder / "bench_io.json").read_text())
-    plot(record, figures / "io.png")
-    return table(record)
+    """bench.regenerate's section: a table and a figure per record kept in results/io/ (one
+    worker, then all cores), and the GPU node estimate from the one-worker record."""
+    h200 = h200_rates(folder.parent / "gpu")
+    parts = []
+    for name, title, figure in RECORDS:
+        path = folder / name
+        if not path.exists():
+            continue
+        record = json.loads(path.read_text())
+        plot(record, figures / figure)
+        parts.append(table(record, gpu_feed_estimate(record, h200)))
+    return "\n\n".join(parts)
 
 
 def main(argv=None) -> None:
@@ -255,6 +341,8 @@ def main(argv=None) -> None:
         "decode torchvision": lambda: decode_only(_decode_torchvision, paths, args.workers),
         "classic ImageFolder": lambda: classic_imagefolder(data / "train", args.batch_size,
                                                            args.image_size, args.workers),
+        "timm loader": lambda: timm_loader(data / "train", args.batch_size, args.image_size,
+                                           args.workers),
         "pytorch backend": lambda: recipe_backend(data, "pytorch", args.batch_size,
                                                   args.image_size, args.workers),
         "DALI cpu" if gpu else "DALI CPU-only": lambda: recipe_backend(

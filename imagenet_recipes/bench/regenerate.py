@@ -14,8 +14,9 @@ what `--check` compares):
 
   results/quickstart/         the `quickstart` block and figures/quickstart_curves.png
   results/cpu/                the `bench_cpu` block (tools/bench_cpu.sh)
-  results/io/                 the `bench_io` block and figures/io.png
-                              (bench.io --json results/io/bench_io.json)
+  results/io/                 the `bench_io` block, figures/io_per_core.png and io.png
+                              (bench.io --workers 1 --json results/io/bench_io_per_core.json,
+                              bench.io --json results/io/bench_io.json)
   results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)

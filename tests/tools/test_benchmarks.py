@@ -14,31 +14,44 @@ from conftest import REPO, read_jsonl, run_tool
 
 @pytest.mark.slow
 def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
-    figure, record = tmp_path / "io.png", tmp_path / "io" / "bench_io.json"
+    figure, record = tmp_path / "io.png", tmp_path / "io" / "bench_io_per_core.json"
     proc = run_tool("io", tiny_imagefolder, "--images", "32", "--image-size", "32", "-b", "8",
                     "--passes", "2", "--workers", "1", "--figure", figure, "--json", record)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split("|")[1].strip() for line in proc.stdout.splitlines()
             if line.startswith("| ") and "img/s" not in line]
-    assert rows[:4] == ["decode PIL", "decode torchvision", "classic ImageFolder",
+    assert rows[:5] == ["decode PIL", "decode torchvision", "classic ImageFolder", "timm loader",
                         "pytorch backend"]
     import torch
 
     # with a GPU, "DALI cpu" and a "DALI gpu" row after the stage rows
-    assert rows[4:7] == ["DALI cpu" if torch.cuda.is_available() else "DALI CPU-only",
+    assert rows[5:8] == ["DALI cpu" if torch.cuda.is_available() else "DALI CPU-only",
                          "DALI CPU stage: random-crop decode", "DALI CPU stage: + resize to 32"]
     assert figure.stat().st_size > 10_000
     # the record alone gives RESULTS.md the same table and the same figure
     saved = json.loads(record.read_text())
     assert list(saved["results"]) == rows
     assert all(len(r["runs"]) == 2 for r in saved["results"].values())
-    from imagenet_recipes.bench import regenerate
+    # /proc/stat counts in clock ticks: a pass this short may see none
+    cpu = [r["cpu_ms_per_image"] for r in saved["results"].values()]
+    assert all(ms is not None and ms >= 0 for ms in cpu) and sum(cpu) > 0
+    from imagenet_recipes.bench import io, regenerate
 
     figures = tmp_path / "figures"
     figures.mkdir()
     block = regenerate.io_block(record.parent, figures)
     assert block.strip() in proc.stdout
-    assert (figures / "io.png").read_bytes() == figure.read_bytes()
+    assert (figures / "io_per_core.png").read_bytes() == figure.read_bytes()
+    assert "What the `pytorch` backend feeds one GPU" not in block  # no H200 record here
+    # with the H200's record beside it, the estimate from the one-worker rate
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "h200_scripts.json").write_text(json.dumps({"rows": [
+        {"name": "nd-synthetic", "img_s": 5000.0},
+        {"name": "pytorch-loader", "img_s": 3000.0, "detail": {"workers": 15}}]}))
+    block = regenerate.io_block(record.parent, figures)
+    rate = saved["results"]["pytorch backend"]["img_s"]
+    assert f"| 16 | {15 * rate:,.0f} ({15 * rate / 5000:.2f}x) | 3,000 (0.60x) |" in block
+    assert io.gpu_feed_estimate(saved, None) is None
 
 
 @pytest.mark.slow
