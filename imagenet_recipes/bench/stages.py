@@ -27,7 +27,8 @@ image. Without a folder it generates two sets (data/make_synthetic.py): ImageNet
   sample, default       the same with the default region decoding (what the loader runs)
   collate               stacking a batch (per image)
   hand-over             a batch from one loader worker to the main process, per image (a
-                        DataLoader whose dataset returns ready samples, minus collate)
+                        DataLoader whose dataset returns ready samples, minus collate): most of
+                        it is writing each batch into a fresh shared-memory segment
   loader, 1 worker      the `pytorch` backend's training loader, one worker, end to end
 
 The rows under "sample" are the sums the loader pays; the others say where they go. This is a
