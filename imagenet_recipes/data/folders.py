@@ -9,7 +9,7 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torchvision
@@ -19,6 +19,7 @@ from torchvision.transforms import v2
 
 from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_transform
+from .batch_memory import BatchSlots, Tag
 from .jpeg_decoders import NVIMGCODEC_PIP, CropRegionReader
 
 
@@ -106,40 +107,54 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
         return cropped
 
 
-def collate_uint8(batch: Sequence) -> Tuple[torch.Tensor, torch.Tensor, int]:
-    """-> (uint8 images, int64 targets, number of unreadable files met for this batch)."""
+class UInt8Batch(NamedTuple):
+    """A batch as a loader worker hands it over."""
+    images: torch.Tensor  # uint8 NCHW
+    targets: torch.Tensor  # int64
+    skipped: int  # unreadable files met for this batch
+    tag: Tag = None  # the slot its memory comes from (batch_memory.py): released once read
+
+
+def collate_uint8(batch: Sequence, slots: Optional[BatchSlots] = None) -> UInt8Batch:
+    """The samples of a batch as one (`slots`: in a loader worker, written into the memory of
+    a slot the training process has released; batch_memory.py)."""
     good = [b for b in batch if b is not None]
     skipped = (len(batch) - len(good)) + sum(unreadable for _, _, unreadable in good)
     if not good:
-        return torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), skipped
-    images = stack_images([img for img, _, _ in good])
+        return UInt8Batch(torch.empty(0, dtype=torch.uint8), torch.empty(0, dtype=torch.int64),
+                          skipped)
+    images, tag = stack_images([img for img, _, _ in good], slots)
     targets = torch.tensor([t for _, t, _ in good], dtype=torch.int64)
-    return images, targets, skipped
+    return UInt8Batch(images, targets, skipped, tag)
 
 
-def stack_images(images: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Same-sized uint8 CHW images as one NCHW batch, copied once.
+def stack_images(images: Sequence[torch.Tensor], slots: Optional[BatchSlots] = None
+                 ) -> Tuple[torch.Tensor, Tag]:
+    """Same-sized uint8 CHW images as one NCHW batch, copied once; and the tag of its slot.
 
-    In a loader worker the batch is written straight into shared memory, as DataLoader's own
-    default_collate does: handing it to the training process then copies nothing more (stacked
-    into private memory, pickling copies it again, about 7 % of a worker's time). Samples laid
-    out channels-last (training crops: the region is decoded HWC and resized as it is) are
-    stacked channels-last, a plain copy; stacking them planar is a transposing copy, 4x slower
-    here. The values are the same either way; the device's normaliser makes the layout the
-    model asked for."""
+    In a loader worker the batch is written straight into shared memory: a released slot's
+    (batch_memory.py), else a fresh segment, as DataLoader's own default_collate does. Handing
+    it to the training process then copies nothing more (stacked into private memory, pickling
+    copies it again, about 7 % of a worker's time). Samples laid out channels-last (training
+    crops: the region is decoded HWC and resized as it is) are stacked channels-last, a plain
+    copy; stacking them planar is a transposing copy, 4x slower here. The values are the same
+    either way; the device's normaliser makes the layout the model asked for."""
     channels_last = all(image.permute(1, 2, 0).is_contiguous() for image in images)
     parts = [image.permute(1, 2, 0) for image in images] if channels_last else list(images)
-    out = _batch_memory((len(parts), *parts[0].shape), parts[0].dtype)
+    out, tag = _batch_memory((len(parts), *parts[0].shape), parts[0].dtype, slots)
     torch.stack(parts, out=out)
-    return out.permute(0, 3, 1, 2) if channels_last else out
+    return (out.permute(0, 3, 1, 2) if channels_last else out), tag
 
 
-def _batch_memory(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An empty tensor for a batch: in shared memory in a loader worker, private elsewhere."""
+def _batch_memory(shape: Tuple[int, ...], dtype: torch.dtype, slots: Optional[BatchSlots]
+                  ) -> Tuple[torch.Tensor, Tag]:
+    """An empty tensor for a batch: shared memory in a loader worker, private elsewhere."""
     if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype), None
+    if slots is not None:
+        return slots.batch(shape, dtype)
     storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape), None
 
 
 _told_whole_decoding = False  # the line below, once per process

@@ -6,10 +6,13 @@ ImageNet recipes do.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
+from .batch_memory import BatchSlots
 from .folders import collate_uint8, image_folders, say_if_whole_decoding
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
@@ -19,15 +22,24 @@ from .sampling import Shard, ShardedSampler, train_sampling
 class DeviceLoader(SampledLoader):
     """Wraps a uint8 DataLoader: moves batches to the device and normalises them there."""
 
+    def __init__(self, loader, sampler, device: torch.device, channels_last: bool,
+                 slots: BatchSlots):
+        super().__init__(loader, sampler, device, channels_last)
+        self.slots = slots
+
     def __iter__(self):
         self.skipped = 0
-        for images, targets, skipped in self.loader:
+        for images, targets, skipped, tag in self.loader:
             self.skipped += skipped
             if images.numel() == 0:  # validation batch of only unreadable files
                 continue
             images = images.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
-            yield self.normalize(images), targets
+            normalized = self.normalize(images)
+            # Read: the float copy on a CPU; on a GPU the batch was pinned (copied) before it
+            # got here. Its worker may write the next batch into this memory.
+            self.slots.release(tag)
+            yield normalized, targets
 
 
 def build(cfg: TrainConfig, shard: Shard, device: torch.device):
@@ -46,12 +58,14 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
                                  seed=seed, subset=subset, **train_sampling(cfg, shuffle))
+        slots = BatchSlots(workers)
         loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
-                            num_workers=workers, collate_fn=collate_uint8,
+                            num_workers=workers,
+                            collate_fn=functools.partial(collate_uint8, slots=slots),
                             pin_memory=device.type == "cuda", drop_last=drop_last,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
-        return DeviceLoader(loader, sampler, device, cfg.channels_last)
+        return DeviceLoader(loader, sampler, device, cfg.channels_last, slots)
 
     # Training drops the last partial batch so every step has the same size on every rank.
     train_subset = shard.train_subset(train_set.targets) if shard.train_subset else None
