@@ -57,7 +57,8 @@ class BatchSlots:
     def release(self, tag: Tag) -> None:
         """In the training process, once nothing will read the batch again."""
         if tag is not None:
-            self.in_use[tag] = 0
+            worker, slot = tag  # a pair whatever carried it (two indices, never a row list)
+            self.in_use[worker, slot] = 0
 
 
 def _view(segment: torch.UntypedStorage, shape: Tuple[int, ...], dtype: torch.dtype
