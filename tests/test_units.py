@@ -112,6 +112,31 @@ def test_loader_workers_start_with_no_gpu_visible(backend, tiny_imagefolder):
     assert "trainer CUDA_VISIBLE_DEVICES=0" in out.stdout
 
 
+@pytest.mark.slow
+def test_loader_workers_run_under_a_temporary_directory_too_long_for_sockets(
+        tiny_imagefolder, tmp_path):
+    """A socket's path holds at most 107 bytes, and multiprocessing puts its sockets (the fork
+    server's, and each worker's, through which a batch's shared memory is handed over) 33 bytes
+    deep in the temporary directory: a TMPDIR of 75 bytes or more (a scheduler's per-job
+    folder, pytest's) failed every loader with workers ("AF_UNIX path too long"). The workers
+    and their server run under a short one; the trainer keeps its own."""
+    import subprocess
+    import sys
+
+    long_tmp = tmp_path / ("t" * max(1, 100 - len(str(tmp_path))))
+    long_tmp.mkdir()
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, str(repo / "tests/worker_gpu_probe.py"), "pytorch",
+                          str(tiny_imagefolder)], env={**env, "TMPDIR": str(long_tmp)},
+                         capture_output=True, text=True, cwd=repo, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    workers = [line.split()[3] for line in out.stdout.splitlines() if line.startswith("worker")]
+    assert len(workers) == 2 and all(len(tmp) - len("TMPDIR=") + 33 <= 107 for tmp in workers), \
+        out.stdout
+    assert f"TMPDIR={long_tmp}" in out.stdout.splitlines()[-1]
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--dummy", "--loss-scale", "abc"], "--loss-scale"),
     (["--dummy", "--warmup-epochs", "200"], "--warmup-epochs"),

@@ -2,11 +2,17 @@
 tests/worker_gpu_probe.py BACKEND DATA`): starts the loader workers' fork server as the entry
 scripts do, builds BACKEND's loaders with two workers, trains on one batch, and prints, for
 each live worker process, what its environment started with (`/proc/PID/environ`: what a
-CUDA library reads), one line `worker PID CUDA_VISIBLE_DEVICES=VALUE` (`unset` when absent);
-then the trainer's own value, `trainer CUDA_VISIBLE_DEVICES=VALUE`."""
+CUDA library reads), one line `worker PID CUDA_VISIBLE_DEVICES=VALUE TMPDIR=VALUE` (`unset`
+when absent); then the trainer's own values, `trainer CUDA_VISIBLE_DEVICES=VALUE TMPDIR=VALUE`.
+"""
 import os
 import sys
 from pathlib import Path
+
+
+def shown(env, name: str) -> str:
+    return f"{name}={env.get(name, 'unset')}"
+
 
 if __name__ == "__main__":
     import torch
@@ -26,9 +32,9 @@ if __name__ == "__main__":
     for worker in train.loader._iterator._workers:
         env = dict(entry.split("=", 1) for entry in
                    Path(f"/proc/{worker.pid}/environ").read_text().split("\0") if "=" in entry)
-        visible = env.get("CUDA_VISIBLE_DEVICES", "unset")
-        print(f"worker {worker.pid} CUDA_VISIBLE_DEVICES={visible}", flush=True)
-    print(f"trainer CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}",
+        print(f"worker {worker.pid} {shown(env, 'CUDA_VISIBLE_DEVICES')} {shown(env, 'TMPDIR')}",
+              flush=True)
+    print(f"trainer {shown(os.environ, 'CUDA_VISIBLE_DEVICES')} {shown(os.environ, 'TMPDIR')}",
           flush=True)
     del batches
     train.close()

@@ -6,16 +6,27 @@ import it at once on two cores); the server itself imports the modules its worke
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
+import tempfile
+from typing import Dict, Iterator, Optional
 
-from ..config import TrainConfig
+from ..config import TrainConfig, UsageError
 from ..registry import DATA_BACKENDS, backends_where
 
 # The backends whose loaders run DataLoader worker processes, started from this server.
 WORKER_BACKENDS = backends_where("worker_processes")
 CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+# A socket's path holds at most 107 bytes. multiprocessing makes its sockets (the fork server's,
+# and each worker's resource sharer, which hands over a batch's shared memory) as
+# <temporary directory>/pymp-XXXXXXXX/listener-XXXXXXXX.
+SOCKET_PATH_MAX = 107
+SOCKET_NAME = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+SHORT_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 def loader_worker_context() -> multiprocessing.context.BaseContext:
@@ -68,12 +79,54 @@ def ensure_loader_server() -> None:
     torchvision and the engine itself at every start (an epoch 1.19x slower on a 2-core VM,
     validation 2.6x): tests/test_units.py checks that the server has them."""
     loader_worker_context()
-    visible = os.environ.get(CUDA_VISIBLE)
-    os.environ[CUDA_VISIBLE] = ""  # what the server is started with (its environment block)
-    try:
+    server_env = {CUDA_VISIBLE: ""}  # what the server is started with (its environment block)
+    short = socket_tmpdir()
+    if short is not None:
+        server_env["TMPDIR"] = short  # the workers' sockets
+        # this process's own (the server's listening socket): multiprocessing makes its
+        # folder once per process, on first use, in tempfile's directory
+        with _tempfile_dir(short):
+            multiprocessing.util.get_temp_dir()
+    with _environment(server_env):
         multiprocessing.forkserver.ensure_running()
+
+
+def socket_tmpdir() -> Optional[str]:
+    """A temporary directory short enough for multiprocessing's sockets, where the one this
+    process has ($TMPDIR: a scheduler's per-job folder can be long) is not; else None.
+
+    multiprocessing uses $TMPDIR as it is (Python 3.11), and every loader with workers then
+    failed with "AF_UNIX path too long"."""
+    if len(tempfile.gettempdir()) + SOCKET_NAME <= SOCKET_PATH_MAX:
+        return None
+    for folder in SHORT_TMP:
+        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    raise UsageError(f"the temporary directory {tempfile.gettempdir()} is too long for the "
+                     f"loader workers' sockets ({SOCKET_PATH_MAX - SOCKET_NAME} characters at "
+                     f"most) and none of {', '.join(SHORT_TMP)} is writable: set TMPDIR to a "
+                     "shorter folder, or -j 0")
+
+
+@contextlib.contextmanager
+def _environment(values: Dict[str, str]) -> Iterator[None]:
+    """These environment variables set while the block runs, the old ones put back after."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
     finally:
-        if visible is None:
-            del os.environ[CUDA_VISIBLE]
-        else:
-            os.environ[CUDA_VISIBLE] = visible
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def _tempfile_dir(folder: str) -> Iterator[None]:
+    saved, tempfile.tempdir = tempfile.tempdir, folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
