@@ -6,7 +6,6 @@ take the file lists and decode themselves).
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
@@ -19,7 +18,7 @@ from torchvision.transforms import v2
 
 from ..config import TrainConfig, UsageError
 from .augment import train_transform, val_transform
-from .batch_memory import BatchSlots, Tag
+from .batch_memory import BatchSlots, Tag, fresh_batch
 from .jpeg_decoders import NVIMGCODEC_PIP, CropRegionReader
 
 
@@ -153,8 +152,7 @@ def _batch_memory(shape: Tuple[int, ...], dtype: torch.dtype, slots: Optional[Ba
         return torch.empty(shape, dtype=dtype), None
     if slots is not None:
         return slots.batch(shape, dtype)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage).view(shape), None
+    return fresh_batch(shape, dtype), None
 
 
 _told_whole_decoding = False  # the line below, once per process
