@@ -9,6 +9,9 @@ runs, results/ and RESULTS.md they read and write are the clone's:
   io            input-pipeline throughput, every loader on the same files and cores
   stages        where a training sample's time goes in the pytorch loader, stage by stage
                 (read, decode, crop, resize, flip, collate, hand-over), one core
+  loader_threads
+                the pytorch loader's workers as processes or as threads: img/s, the GIL a
+                sample holds, a training step's rate beside each
   decode        decode capacity: each data backend's input pipeline alone, a batch ready on
                 the device (also bench.gpu's decode group)
   e2e           this project end to end against pytorch/examples', timm's and torchvision's

@@ -16,7 +16,9 @@ what `--check` compares):
   results/cpu/                the `bench_cpu` block (tools/bench_cpu.sh)
   results/io/                 the `bench_io` block, figures/io_per_core.png and io.png
                               (bench.io --workers 1 --json results/io/bench_io_per_core.json,
-                              bench.io --json results/io/bench_io.json)
+                              bench.io --json results/io/bench_io.json), and loader workers as
+                              processes or threads (bench.loader_threads --json
+                              results/io/loader_threads.json)
   results/e2e/                the `bench_e2e` block (bench.e2e --json results/e2e/bench_e2e.json)
   results/sweep/              the `sweep` and `scaling_model` blocks and figures/scaling_*.png
                               (bench.sweep)
@@ -160,9 +162,13 @@ def recipes_block(folder: Path, figures: Path) -> str:
 
 
 def io_block(folder: Path, figures: Path) -> str:
-    from imagenet_recipes.bench import io
+    from imagenet_recipes.bench import io, loader_threads
 
-    return io.block(folder, figures)
+    parts = [io.block(folder, figures)]
+    threads = folder / loader_threads.RECORD
+    if threads.exists():
+        parts.append(loader_threads.block(json.loads(threads.read_text())))
+    return "\n\n".join(parts)
 
 
 def e2e_block(folder: Path, figures: Path) -> str:

@@ -12,6 +12,59 @@ import pytest
 from conftest import REPO, read_jsonl, run_tool
 
 
+
+def test_bench_loader_threads_measures_processes_threads_and_a_step_beside(
+        tmp_path, tiny_imagefolder):
+    record_path = tmp_path / "io" / "loader_threads.json"
+    proc = run_tool("loader_threads", tiny_imagefolder, "--image-size", "32", "-b", "8",
+                    "--passes", "1", "--workers", "2", "--step-seconds", "0.5",
+                    "--json", record_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(record_path.read_text())
+    assert list(record["alone"]) == ["processes, 1", "threads, 1", "processes, 2", "threads, 2"]
+    assert all(r["img_s"] > 0 for r in record["alone"].values())
+    gil = record["gil"]
+    assert 0 <= gil["gil_us"] <= gil["sample_beside_probe_us"] and gil["sample_us"] > 0
+    # beside the step: the backend's default workers on 2 cores, one
+    beside = record["beside_step"]
+    assert list(beside) == ["step alone", "processes, 1", "threads, 1"]
+    assert all(r["step_s"] > 0 for r in beside.values())
+    assert beside["step alone"]["img_s"] is None
+    assert beside["processes, 1"]["img_s"] > 0 and beside["threads, 1"]["img_s"] > 0
+    from imagenet_recipes.bench import loader_threads, regenerate
+
+    block = loader_threads.block(record)
+    assert block.strip() in proc.stdout
+    # RESULTS.md's input-pipeline block ends with it where the record is kept
+    assert regenerate.io_block(record_path.parent, tmp_path).endswith(block)
+    alone = record["alone"]
+    ratio = alone["threads, 2"]["img_s"] / alone["processes, 2"]["img_s"]
+    assert f"| 2 | {alone['processes, 2']['img_s']:.0f} |" in block and f"{ratio:.2f}x" in block
+
+
+def test_loader_threads_make_the_loader_workers_batches(tiny_imagefolder):
+    """One thread makes the very batches of the backend's worker process (each sample's crop
+    and flip come from its key); two threads keep the sampler's order."""
+    import torch
+
+    from imagenet_recipes.bench.io import recipe_train_loader
+    from imagenet_recipes.bench.loader_threads import ThreadBatches
+
+    loader = recipe_train_loader(tiny_imagefolder, "pytorch", 8, 32, 1, torch.device("cpu"))
+    loader.set_epoch(1)
+    by_process = [(b.images.clone(), b.targets.clone()) for b in loader.loader]
+    one, two = ThreadBatches(loader, 1), ThreadBatches(loader, 2)
+    by_one_thread = list(one.epoch(1))
+    by_two_threads = list(two.epoch(1))
+    one.pool.shutdown()
+    two.pool.shutdown()
+    assert len(by_process) == len(by_one_thread) == len(by_two_threads) == 64 // 8
+    for (images, targets), a, b in zip(by_process, by_one_thread, by_two_threads):
+        assert torch.equal(a.targets, targets) and torch.equal(b.targets, targets)
+        assert torch.equal(a.images, images)
+        assert b.images.shape == images.shape and b.images.dtype == torch.uint8
+
+
 @pytest.mark.slow
 def test_bench_io_runs_every_loader_and_draws(tmp_path, tiny_imagefolder):
     figure, record = tmp_path / "io.png", tmp_path / "io" / "bench_io_per_core.json"

@@ -1,0 +1,344 @@
+"""The `pytorch` backend's loader workers as processes (what it runs) or as threads, measured.
+
+    launch/env.sh python -m imagenet_recipes.bench.loader_threads             # generated data
+    launch/env.sh python -m imagenet_recipes.bench.loader_threads --json results/io/loader_threads.json
+
+The training loader's samples (region decode, resize, flip: ImageFolderUint8) and batches
+(collate_uint8) made two ways from the same files: by its DataLoader's worker processes, as a
+run makes them, and by a pool of threads inside the consuming process, each thread making whole
+batches as a worker does (SPDL's design; the decoder and torch's resize release the GIL). Three
+measurements, the contenders taking turns:
+
+  alone          img/s with k = 1 .. --workers processes, then threads; median of --passes
+                 passes after a warm-up pass (bench.io's method)
+  GIL per sample the time a sample holds the GIL, from a probe: a pure-Python thread counting
+                 beside one thread making samples runs only while that thread is in code that
+                 released the GIL; what the probe misses of its count alone is the time the GIL
+                 was taken (an upper bound: it includes the hand-overs). Threads in one process
+                 make at most one sample per GIL time, whatever the cores.
+  beside a step  a training step's rate alone, beside the backend's default number of loader
+                 processes (--workers - 1: a core left for the training process) and beside as
+                 many loader threads (SPDL warns that loading threads slow the training thread),
+                 and the loader's rate meanwhile. The step is launch-bound as a GPU step is on
+                 the CPU: an MLP of 100 layers of 32 units, batch 8, one thread, whose time is
+                 Python and operator dispatch rather than arithmetic.
+
+The threads' samples draw their crop boxes and flips from torch's global generator, which the
+threads share, so they are not each sample key's own as the processes' are; each is drawn from
+the same law, so the work per sample is the same. This is a benchmark, not a loader to train
+with, and not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Sequence
+
+import torch
+
+from imagenet_recipes.bench.common import (cpu_cores, git_commit, machine, shown_command,
+                                           shown_commit)
+from imagenet_recipes.bench.io import measure, recipe_train_loader
+from imagenet_recipes.bench.jobs import dataset_command, make_dataset
+from imagenet_recipes.bench.render import render
+from imagenet_recipes.data.folders import UInt8Batch, collate_uint8
+from imagenet_recipes.data.loading import default_workers
+
+PREFETCH = 2  # batches in flight per worker: DataLoader's default prefetch_factor
+
+
+def process_pass(loader) -> Callable[[], int]:
+    """-> one pass of the backend's training loader: its worker processes' uint8 batches, each
+    released once counted (a run releases it once normalised)."""
+    state = {"epoch": 0}
+
+    def one_pass() -> int:
+        loader.set_epoch(state["epoch"])
+        state["epoch"] += 1
+        count = 0
+        for batch in loader.loader:
+            count += len(batch.targets)
+            one_pass.made += len(batch.targets)
+            loader.slots.release(batch.tag)
+        return count
+    one_pass.close, one_pass.made = (lambda: None), 0
+    return one_pass
+
+
+class ThreadBatches:
+    """The batches of a training loader's sampler made by `threads` threads of this process,
+    each batch by one thread as a worker makes it (the samples, then collate_uint8), in the
+    sampler's order, PREFETCH per thread in flight. Each thread has its own copy of the
+    dataset, so its own nvImageCodec decoder (one decoder must not serve two threads)."""
+
+    def __init__(self, loader, threads: int):
+        self.dataset, self.batch_size = loader.loader.dataset, loader.loader.batch_size
+        self.sampler, self.threads = loader.sampler, threads
+        self.pool = ThreadPoolExecutor(threads)
+        self.local = threading.local()
+
+    def _make(self, keys: Sequence) -> UInt8Batch:
+        if not hasattr(self.local, "dataset"):
+            self.local.dataset = pickle.loads(pickle.dumps(self.dataset))
+        return collate_uint8([self.local.dataset[key] for key in keys])
+
+    def epoch(self, epoch: int) -> Iterator[UInt8Batch]:
+        """One epoch's batches (the last partial batch dropped, as training drops it)."""
+        self.sampler.set_epoch(epoch)
+        keys, size = list(self.sampler), self.batch_size
+        pending = deque()
+        for start in range(0, len(keys) - size + 1, size):
+            pending.append(self.pool.submit(self._make, keys[start:start + size]))
+            if len(pending) >= PREFETCH * self.threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def thread_pass(loader, threads: int) -> Callable[[], int]:
+    """-> one pass of ThreadBatches over the loader's sampler, counted like process_pass."""
+    batches = ThreadBatches(loader, threads)
+    state = {"epoch": 0}
+
+    def one_pass() -> int:
+        count = 0
+        for batch in batches.epoch(state["epoch"]):
+            count += len(batch.targets)
+            one_pass.made += len(batch.targets)
+        state["epoch"] += 1
+        return count
+    one_pass.close, one_pass.made = batches.pool.shutdown, 0
+    return one_pass
+
+
+# --- the GIL a sample holds ----------------------------------------------------------------------
+def _count_until(stop: threading.Event, out: List[int]) -> None:
+    n = 0
+    while not stop.is_set():
+        n += 1
+    out.append(n)
+
+
+def _probe_rate(seconds: float) -> float:
+    stop, out = threading.Event(), []
+    probe = threading.Thread(target=_count_until, args=(stop, out))
+    probe.start()
+    time.sleep(seconds)
+    stop.set()
+    probe.join()
+    return out[0] / seconds
+
+
+def gil_per_sample(loader, batches: int, rounds: int) -> dict:
+    """The probe's measurement (module docstring), median of `rounds`: one thread making
+    `batches` batches alone, then beside the probe."""
+    dataset, batch = loader.loader.dataset, loader.loader.batch_size
+    loader.sampler.set_epoch(0)
+    keys = list(loader.sampler)[:batches * batch]
+    chunks = [keys[i:i + batch] for i in range(0, len(keys), batch)]
+
+    def make_all() -> float:
+        start = time.perf_counter()
+        for chunk in chunks:
+            collate_uint8([dataset[key] for key in chunk])
+        return time.perf_counter() - start
+
+    make_all()  # warm-up
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # a waiting thread gets the GIL within 10 us, not 5 ms
+    alone, beside, held = [], [], []
+    try:
+        for _ in range(rounds):
+            took = make_all()
+            solo = _probe_rate(took)
+            stop, out = threading.Event(), []
+            probe = threading.Thread(target=_count_until, args=(stop, out))
+            probe.start()
+            took_beside = make_all()
+            stop.set()
+            probe.join()
+            free = min(1.0, out[0] / took_beside / solo)
+            alone.append(took / len(keys) * 1e6)
+            beside.append(took_beside / len(keys) * 1e6)
+            held.append((1 - free) * took_beside / len(keys) * 1e6)
+    finally:
+        sys.setswitchinterval(switch)
+    return {"sample_us": statistics.median(alone), "sample_beside_probe_us":
+            statistics.median(beside), "gil_us": statistics.median(held),
+            "gil_us_runs": [round(x) for x in held]}
+
+
+# --- beside a training step ----------------------------------------------------------------------
+def launch_bound_step() -> Callable[[], None]:
+    """A training step whose time is Python and dispatch (module docstring)."""
+    layers = [m for _ in range(100) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())]
+    model = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 32)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        optimizer.step()
+    return step
+
+
+def step_rate_beside(step: Callable[[], None], one_pass, seconds: float) -> dict:
+    """The step's rate over `seconds` while a thread runs loader passes (None: no loader), and
+    the loader's images per second meanwhile (counted per batch). A pass is never left early:
+    a process loader's batches in flight would keep their memory slots."""
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            one_pass()
+
+    feeder = threading.Thread(target=load) if one_pass else None
+    if feeder:
+        feeder.start()
+        time.sleep(min(1.0, seconds / 4))  # past the first batches' start
+    made_before = one_pass.made if feeder else 0
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
+    took = time.perf_counter() - start
+    made = one_pass.made - made_before if feeder else None
+    stop.set()
+    if feeder:
+        feeder.join()
+    return {"step_s": steps / took, "img_s": made / took if feeder else None}
+
+
+def beside_step(passes: Dict[str, Callable[[], int]], rounds: int, seconds: float) -> dict:
+    """{contender: {"step_s": median, "img_s": median, runs}} with "step alone" first, in
+    turns."""
+    step = launch_bound_step()
+    for _ in range(50):
+        step()  # warm-up
+    contenders = {"step alone": None, **passes}
+    runs = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, one_pass in contenders.items():
+            runs[name].append(step_rate_beside(step, one_pass, seconds))
+    return {name: {"step_s": statistics.median(r["step_s"] for r in rs),
+                   "step_s_runs": [round(r["step_s"], 1) for r in rs],
+                   "img_s": (statistics.median(r["img_s"] for r in rs)
+                             if rs[0]["img_s"] is not None else None)}
+            for name, rs in runs.items()}
+
+
+# --- the report ----------------------------------------------------------------------------------
+RECORD = "loader_threads.json"  # in results/io/, rendered after bench.io's records
+
+
+def block(record: dict) -> str:
+    """RESULTS.md's part for a record (what --json writes)."""
+    alone, cfg = record["alone"], record["config"]
+    counts = sorted({int(name.split(", ")[1]) for name in alone})
+    rows = []
+    for k in counts:
+        processes, threads = alone[f"processes, {k}"]["img_s"], alone[f"threads, {k}"]["img_s"]
+        rows.append([str(k), f"{processes:.0f}", f"{threads:.0f}",
+                     f"{threads / processes:.2f}x"])
+    gil = record["gil"]
+    ceiling = 1e6 / gil["gil_us"]
+    one_worker = alone["processes, 1"]["img_s"]
+    step_alone = record["beside_step"]["step alone"]["step_s"]
+    beside = [[name, f"{r['step_s']:.0f}", f"{r['step_s'] / step_alone:.2f}x",
+               f"{r['img_s']:.0f}" if r["img_s"] is not None else "-"]
+              for name, r in record["beside_step"].items()]
+    beside_workers = [name for name in record["beside_step"] if name != "step alone"][0]
+    return render("io_threads", record=record, cfg=cfg, commit=shown_commit(record["commit"]),
+                  name=RECORD, alone=rows, beside=beside,
+                  beside_workers=beside_workers.split(", ")[1],
+                  step_seconds=f"{cfg['step_seconds']:g}", rounds=len(
+                      record["beside_step"]["step alone"]["step_s_runs"]),
+                  gil={"held": f"{gil['gil_us']:.0f}", "sample": f"{gil['sample_us']:.0f}",
+                       "ceiling": f"{ceiling:,.0f}", "workers": f"{ceiling / one_worker:.1f}"})
+
+
+# --- the tool ------------------------------------------------------------------------------------
+def contenders(data: Path, batch: int, size: int, counts: Sequence[int]
+                ) -> Dict[str, Callable[[], int]]:
+    """"processes, k" and "threads, k" for each k of `counts`, in that order."""
+    passes = {}
+    for k in counts:
+        loader = recipe_train_loader(data, "pytorch", batch, size, k, torch.device("cpu"))
+        passes[f"processes, {k}"] = process_pass(loader)
+        passes[f"threads, {k}"] = thread_pass(loader, k)
+    return passes
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("data", nargs="?", help="ImageFolder root with train/ (default: "
+                        "generate one of --images JPEGs of 300-500 px)")
+    parser.add_argument("--images", type=int, default=1280,
+                        help="images to generate (a pass reads the train/ set once)")
+    parser.add_argument("--workers", type=int, default=cpu_cores(),
+                        help="the most processes or threads (default: every core)")
+    parser.add_argument("-b", "--batch-size", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--step-seconds", type=float, default=8.0,
+                        help="how long each step measurement runs")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write the measurement's record here (for results/io/)")
+    args = parser.parse_args(argv)
+
+    tmp = None
+    if args.data:
+        data, description = Path(args.data), str(args.data)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="bench_loader_threads_")
+        data, description = Path(tmp.name), "generated, 300-500 px, quality 90"
+        make_dataset(dataset_command(data, 10, args.images // 10, 1, 300, 500, workers=None))
+    torch.set_num_threads(1)  # the consuming process: one thread, as in bench.io
+    # each pass reads the first --images files of the sampler's order
+    alone = measure(contenders(data, args.batch_size, args.image_size,
+                               range(1, args.workers + 1)), args.passes)
+    for name, r in alone.items():
+        print(f"alone    {name:14s} {r['img_s']:8.1f} img/s", flush=True)
+    loader = recipe_train_loader(data, "pytorch", args.batch_size, args.image_size, 0,
+                                 torch.device("cpu"))
+    gil = gil_per_sample(loader, batches=max(1, args.images // args.batch_size // 2),
+                         rounds=3)
+    print(f"GIL      {gil['gil_us']:.0f} us of a {gil['sample_us']:.0f} us sample", flush=True)
+    # beside the step, the backend's default worker count: a core left for the training process
+    beside_workers = default_workers(1, args.workers)
+    passes = contenders(data, args.batch_size, args.image_size, [beside_workers])
+    beside = beside_step(passes, rounds=3, seconds=args.step_seconds)
+    for name, r in beside.items():
+        rate = f", loader {r['img_s']:.0f} img/s" if r["img_s"] is not None else ""
+        print(f"step     {name:14s} {r['step_s']:8.1f} steps/s{rate}", flush=True)
+    for one_pass in passes.values():
+        one_pass.close()
+
+    record = {"command": shown_command("loader_threads",
+                                       argv if argv is not None else sys.argv[1:]),
+              "commit": git_commit(), "hardware": machine(), "data_description": description,
+              "config": {k: getattr(args, k) for k in ("images", "workers", "batch_size",
+                                                       "image_size", "passes",
+                                                       "step_seconds")},
+              "alone": alone, "gil": gil, "beside_step": beside}
+    print("\n" + block(record))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+    if tmp:
+        tmp.cleanup()
+    return record
+
+
+if __name__ == "__main__":
+    main()
