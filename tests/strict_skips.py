@@ -21,6 +21,7 @@ import importlib
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Tuple
@@ -68,6 +69,8 @@ EXPECTED_SKIPS: Tuple[ExpectedSkip, ...] = (
 IMPORT_NAMES = {"pillow": "PIL", "pyyaml": "yaml", "pytest-xdist": "xdist",
                 "nvidia-dali-cuda130": "nvidia.dali",
                 "nvidia-nvimgcodec-cu13": "nvidia.nvimgcodec"}
+# Requirements that install a program rather than a module: checked beside this Python
+PROGRAMS = {"py-spy"}
 
 
 def requirements(path: Path = REPO / "requirements.txt") -> List[Tuple[str, str]]:
@@ -91,6 +94,11 @@ def missing_requirements(path: Path = REPO / "requirements.txt") -> List[str]:
     """One line per requirement of `path` that does not import here."""
     missing = []
     for distribution, module in requirements(path):
+        if distribution.lower() in PROGRAMS:
+            if not Path(sys.executable).with_name(distribution).exists():
+                missing.append(f"{distribution}: no program {distribution} beside "
+                               f"{sys.executable}")
+            continue
         try:
             importlib.import_module(module)
         except Exception as err:  # ImportError, or a library that fails to load

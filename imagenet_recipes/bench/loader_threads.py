@@ -11,11 +11,11 @@ measurements, the contenders taking turns:
 
   alone          img/s with k = 1 .. --workers processes, then threads; median of --passes
                  passes after a warm-up pass (bench.io's method)
-  GIL per sample the time a sample holds the GIL, from a probe: a pure-Python thread counting
-                 beside one thread making samples runs only while that thread is in code that
-                 released the GIL; what the probe misses of its count alone is the time the GIL
-                 was taken (an upper bound: it includes the hand-overs). Threads in one process
-                 make at most one sample per GIL time, whatever the cores.
+  GIL per sample the share of a sample's time its thread holds the GIL, from py-spy (a
+                 sampling profiler, `pip install py-spy`) watching a process that makes
+                 samples in one thread: every sample of it, then only those where it holds the
+                 GIL. Threads in one process make at most one sample per GIL time, whatever the
+                 cores.
   beside a step  a training step's rate alone, beside the backend's default number of loader
                  processes (--workers - 1: a core left for the training process) and beside as
                  many loader threads (SPDL warns that loading threads slow the training thread),
@@ -34,6 +34,7 @@ import argparse
 import json
 import pickle
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -121,60 +122,53 @@ def thread_pass(loader, threads: int) -> Callable[[], int]:
 
 
 # --- the GIL a sample holds ----------------------------------------------------------------------
-def _count_until(stop: threading.Event, out: List[int]) -> None:
-    n = 0
-    while not stop.is_set():
-        n += 1
-    out.append(n)
-
-
-def _probe_rate(seconds: float) -> float:
-    stop, out = threading.Event(), []
-    probe = threading.Thread(target=_count_until, args=(stop, out))
-    probe.start()
-    time.sleep(seconds)
-    stop.set()
-    probe.join()
-    return out[0] / seconds
-
-
-def gil_per_sample(loader, batches: int, rounds: int) -> dict:
-    """The probe's measurement (module docstring), median of `rounds`: one thread making
-    `batches` batches alone, then beside the probe."""
+def sample_loop(loader, seconds: float) -> float:
+    """Make the loader's training batches in this thread for `seconds`: py-spy's subject.
+    -> microseconds per sample."""
     dataset, batch = loader.loader.dataset, loader.loader.batch_size
     loader.sampler.set_epoch(0)
-    keys = list(loader.sampler)[:batches * batch]
-    chunks = [keys[i:i + batch] for i in range(0, len(keys), batch)]
+    keys = list(loader.sampler)
+    made, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for first in range(0, len(keys) - batch + 1, batch):
+            collate_uint8([dataset[key] for key in keys[first:first + batch]])
+            made += batch
+    return (time.perf_counter() - start) / made * 1e6
 
-    def make_all() -> float:
-        start = time.perf_counter()
-        for chunk in chunks:
-            collate_uint8([dataset[key] for key in chunk])
-        return time.perf_counter() - start
 
-    make_all()  # warm-up
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # a waiting thread gets the GIL within 10 us, not 5 ms
-    alone, beside, held = [], [], []
-    try:
-        for _ in range(rounds):
-            took = make_all()
-            solo = _probe_rate(took)
-            stop, out = threading.Event(), []
-            probe = threading.Thread(target=_count_until, args=(stop, out))
-            probe.start()
-            took_beside = make_all()
-            stop.set()
-            probe.join()
-            free = min(1.0, out[0] / took_beside / solo)
-            alone.append(took / len(keys) * 1e6)
-            beside.append(took_beside / len(keys) * 1e6)
-            held.append((1 - free) * took_beside / len(keys) * 1e6)
-    finally:
-        sys.setswitchinterval(switch)
-    return {"sample_us": statistics.median(alone), "sample_beside_probe_us":
-            statistics.median(beside), "gil_us": statistics.median(held),
-            "gil_us_runs": [round(x) for x in held]}
+def _spied_samples(stacks: str) -> int:
+    """py-spy's raw output ("frame;frame;... count" per line): the samples inside
+    sample_loop."""
+    return sum(int(line.rpartition(" ")[2]) for line in stacks.splitlines()
+               if f"{sample_loop.__name__} (" in line)
+
+
+def gil_share(data: Path, batch: int, size: int, seconds: float) -> dict:
+    """The share of a sample's time its thread holds the GIL: py-spy samples a process making
+    samples in its main thread (sample_loop) twice, once at every sample and once only where the
+    thread holds the GIL, at 200 Hz; the share is the ratio of the two counts."""
+    spy = Path(sys.executable).with_name("py-spy")  # where pip installs it, beside python
+    if not spy.exists():
+        raise SystemExit(f"py-spy is not installed beside {sys.executable}: pip install py-spy "
+                         "(requirements.txt and the package's [tools] extra have it)")
+    child = [sys.executable, "-m", "imagenet_recipes.bench.loader_threads", str(data),
+             "-b", str(batch), "--image-size", str(size), "--sample-loop", str(seconds)]
+    counts, sample_us = [], []
+    with tempfile.TemporaryDirectory(prefix="py_spy_") as tmp:
+        for only_gil in ([], ["--gil"]):
+            out = Path(tmp) / "stacks.txt"
+            run = subprocess.run([str(spy), "record", "--rate", "200", "--format", "raw",
+                                  "--idle", *only_gil, "-o", str(out), "--", *child],
+                                 capture_output=True, text=True)
+            if run.returncode != 0:
+                raise RuntimeError(f"py-spy failed ({run.returncode}): {run.stderr[-2000:]}")
+            counts.append(_spied_samples(out.read_text()))
+            # py-spy writes its own lines to the same stdout
+            line = next(l for l in run.stdout.splitlines() if l.startswith("sample_us "))
+            sample_us.append(float(line.split()[1]))
+    every, holding = counts
+    return {"share": holding / every, "samples": every, "samples_holding": holding,
+            "sample_us": statistics.median(sample_us)}
 
 
 # --- beside a training step ----------------------------------------------------------------------
@@ -251,7 +245,8 @@ def block(record: dict) -> str:
         rows.append([str(k), f"{processes:.0f}", f"{threads:.0f}",
                      f"{threads / processes:.2f}x"])
     gil = record["gil"]
-    ceiling = 1e6 / gil["gil_us"]
+    held_us = gil["share"] * gil["sample_us"]
+    ceiling = 1e6 / held_us
     one_worker = alone["processes, 1"]["img_s"]
     step_alone = record["beside_step"]["step alone"]["step_s"]
     beside = [[name, f"{r['step_s']:.0f}", f"{r['step_s'] / step_alone:.2f}x",
@@ -263,7 +258,9 @@ def block(record: dict) -> str:
                   beside_workers=beside_workers.split(", ")[1],
                   step_seconds=f"{cfg['step_seconds']:g}", rounds=len(
                       record["beside_step"]["step alone"]["step_s_runs"]),
-                  gil={"held": f"{gil['gil_us']:.0f}", "sample": f"{gil['sample_us']:.0f}",
+                  gil={"share": f"{100 * gil['share']:.0f}", "held": f"{held_us:.0f}",
+                       "sample": f"{gil['sample_us']:.0f}", "samples": gil["samples"],
+                       "holding": gil["samples_holding"],
                        "ceiling": f"{ceiling:,.0f}", "workers": f"{ceiling / one_worker:.1f}"})
 
 
@@ -292,9 +289,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--step-seconds", type=float, default=8.0,
                         help="how long each step measurement runs")
+    parser.add_argument("--gil-seconds", type=float, default=15.0,
+                        help="how long py-spy samples each of its two runs")
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="also write the measurement's record here (for results/io/)")
+    parser.add_argument("--sample-loop", type=float, metavar="SECONDS",
+                        help=argparse.SUPPRESS)  # the process py-spy samples (gil_share)
     args = parser.parse_args(argv)
+    if args.sample_loop:
+        torch.set_num_threads(1)
+        loader = recipe_train_loader(Path(args.data), "pytorch", args.batch_size,
+                                     args.image_size, 0, torch.device("cpu"))
+        print(f"sample_us {sample_loop(loader, args.sample_loop):.1f}")
+        return {}
 
     tmp = None
     if args.data:
@@ -309,11 +316,8 @@ def main(argv=None) -> dict:
                                range(1, args.workers + 1)), args.passes)
     for name, r in alone.items():
         print(f"alone    {name:14s} {r['img_s']:8.1f} img/s", flush=True)
-    loader = recipe_train_loader(data, "pytorch", args.batch_size, args.image_size, 0,
-                                 torch.device("cpu"))
-    gil = gil_per_sample(loader, batches=max(1, args.images // args.batch_size // 2),
-                         rounds=3)
-    print(f"GIL      {gil['gil_us']:.0f} us of a {gil['sample_us']:.0f} us sample", flush=True)
+    gil = gil_share(data, args.batch_size, args.image_size, args.gil_seconds)
+    print(f"GIL      held {gil['share']:.0%} of a {gil['sample_us']:.0f} us sample", flush=True)
     # beside the step, the backend's default worker count: a core left for the training process
     beside_workers = default_workers(1, args.workers)
     passes = contenders(data, args.batch_size, args.image_size, [beside_workers])

@@ -18,13 +18,16 @@ def test_bench_loader_threads_measures_processes_threads_and_a_step_beside(
     record_path = tmp_path / "io" / "loader_threads.json"
     proc = run_tool("loader_threads", tiny_imagefolder, "--image-size", "32", "-b", "8",
                     "--passes", "1", "--workers", "2", "--step-seconds", "0.5",
-                    "--json", record_path)
+                    "--gil-seconds", "2", "--json", record_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(record_path.read_text())
     assert list(record["alone"]) == ["processes, 1", "threads, 1", "processes, 2", "threads, 2"]
     assert all(r["img_s"] > 0 for r in record["alone"].values())
+    # py-spy saw the sample loop (200 Hz over 2 s), and the GIL held in part of it only:
+    # decoding and resizing release it
     gil = record["gil"]
-    assert 0 <= gil["gil_us"] <= gil["sample_beside_probe_us"] and gil["sample_us"] > 0
+    assert gil["samples"] >= 100 and 0 < gil["samples_holding"] < gil["samples"]
+    assert gil["sample_us"] > 0
     # beside the step: the backend's default workers on 2 cores, one
     beside = record["beside_step"]
     assert list(beside) == ["step alone", "processes, 1", "threads, 1"]
@@ -40,6 +43,15 @@ def test_bench_loader_threads_measures_processes_threads_and_a_step_beside(
     alone = record["alone"]
     ratio = alone["threads, 2"]["img_s"] / alone["processes, 2"]["img_s"]
     assert f"| 2 | {alone['processes, 2']['img_s']:.0f} |" in block and f"{ratio:.2f}x" in block
+
+
+def test_loader_threads_counts_py_spys_samples_inside_the_sample_loop_only():
+    from imagenet_recipes.bench.loader_threads import _spied_samples
+
+    stacks = ("<module> (x.py:1);main (loader_threads.py:300) 40\n"
+              "<module> (x.py:1);sample_loop (loader_threads.py:140);decode (j.py:3) 7\n"
+              "<module> (x.py:1);sample_loop (loader_threads.py:141) 5\n")
+    assert _spied_samples(stacks) == 12
 
 
 def test_loader_threads_make_the_loader_workers_batches(tiny_imagefolder):
