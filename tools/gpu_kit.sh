@@ -6,8 +6,9 @@
 #   bash tools/gpu_kit.sh DIR [--python-version 3.12] [--timm CLONE]
 #
 # DIR gets
-#   wheels/    torchcodec 0.17.0 (10 MB), nvidia-nvimgcodec-cu13 0.9.0.20 (25 MB) and
-#              nvidia-nvjpeg 13.0.4.44 (4 MB, the nvJPEG of CUDA 13.0, a torch +cu130's)
+#   wheels/    torchcodec 0.17.0 (10 MB), nvidia-nvimgcodec-cu13 0.9.0.20 (25 MB),
+#              nvidia-nvjpeg 13.0.4.44 (4 MB, the nvJPEG of CUDA 13.0, a torch +cu130's) and
+#              py-spy 0.4.3 (3 MB, for bench.loader_threads on the node's cores)
 #   horovod/   launch/horovod_files.sh's files (34 MB, 28 of them cmake's)
 #   benchmark.py, train.py   timm's, copied from --timm CLONE (a clone of
 #              huggingface/pytorch-image-models at the tag of the installed timm), for
@@ -35,7 +36,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$dir/wheels"
 python3 -m pip --disable-pip-version-check download --quiet --no-deps --only-binary :all: \
   --python-version "$version" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-  -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.4.44
+  -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.4.44 \
+  py-spy==0.4.3
 bash "$here/../launch/horovod_files.sh" "$dir/horovod" "$version" >/dev/null
 if [ -n "$timm" ]; then
   cp "$timm/benchmark.py" "$timm/train.py" "$dir/"

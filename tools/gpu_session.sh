@@ -56,7 +56,7 @@
 # $TMPDIR/imagenet_recipes-jpegs/gpu, or /cpu with --cpu), never inside DIR.
 # --wheels DIR: wheel files installed first (pip install --no-index --no-deps DIR/*.whl): the
 # GPU decoders a machine without a registry lacks (tools/gpu_kit.sh DIR fetches them into
-# DIR/wheels: TorchCodec, nvImageCodec and nvJPEG, 38.7 MB for Python 3.12).
+# DIR/wheels: TorchCodec, nvImageCodec, nvJPEG and py-spy, 41.7 MB for Python 3.12).
 # --archive PATH: at the end, DIR's records as one .tar.gz (session.log, probe.txt, gpu_*.json,
 # tier*/ and bench/*/ with the runs' logs and console output; no JPEGs, no checkpoints, no file
 # over 5 MB: those are named in archive-left-out.txt). --budget SECONDS: of the steps (default:

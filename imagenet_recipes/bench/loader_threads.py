@@ -2,6 +2,8 @@
 
     launch/env.sh python -m imagenet_recipes.bench.loader_threads             # generated data
     launch/env.sh python -m imagenet_recipes.bench.loader_threads --json results/io/loader_threads.json
+    python -m imagenet_recipes.bench.loader_threads --images 3200 --counts 1 8 15 --passes 3
+                                                             # a 16-core GPU node, 15 workers
 
 The training loader's samples (region decode, resize, flip: ImageFolderUint8) and batches
 (collate_uint8) made two ways from the same files: by its DataLoader's worker processes, as a
@@ -9,8 +11,8 @@ run makes them, and by a pool of threads inside the consuming process, each thre
 batches as a worker does (SPDL's design; the decoder and torch's resize release the GIL). Three
 measurements, the contenders taking turns:
 
-  alone          img/s with k = 1 .. --workers processes, then threads; median of --passes
-                 passes after a warm-up pass (bench.io's method)
+  alone          img/s with k processes, then k threads, for k = 1 and --workers (--counts:
+                 others); median of --passes passes after a warm-up pass (bench.io's method)
   GIL per sample the share of a sample's time its thread holds the GIL, from py-spy (a
                  sampling profiler, `pip install py-spy`) watching a process that makes
                  samples in one thread: every sample of it, then only those where it holds the
@@ -284,6 +286,9 @@ def main(argv=None) -> dict:
                         help="images to generate (a pass reads the train/ set once)")
     parser.add_argument("--workers", type=int, default=cpu_cores(),
                         help="the most processes or threads (default: every core)")
+    parser.add_argument("--counts", type=int, nargs="+", metavar="K",
+                        help="the numbers of processes and of threads measured alone, "
+                             "besides 1 (default: --workers)")
     parser.add_argument("-b", "--batch-size", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--passes", type=int, default=5)
@@ -312,8 +317,8 @@ def main(argv=None) -> dict:
         make_dataset(dataset_command(data, 10, args.images // 10, 1, 300, 500, workers=None))
     torch.set_num_threads(1)  # the consuming process: one thread, as in bench.io
     # each pass reads the first --images files of the sampler's order
-    alone = measure(contenders(data, args.batch_size, args.image_size,
-                               range(1, args.workers + 1)), args.passes)
+    counts = sorted({1, *(args.counts or [args.workers])})  # 1: the block's per-worker rate
+    alone = measure(contenders(data, args.batch_size, args.image_size, counts), args.passes)
     for name, r in alone.items():
         print(f"alone    {name:14s} {r['img_s']:8.1f} img/s", flush=True)
     gil = gil_share(data, args.batch_size, args.image_size, args.gil_seconds)
