@@ -44,7 +44,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Sequence
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
@@ -166,7 +166,8 @@ def gil_share(data: Path, batch: int, size: int, seconds: float) -> dict:
                 raise RuntimeError(f"py-spy failed ({run.returncode}): {run.stderr[-2000:]}")
             counts.append(_spied_samples(out.read_text()))
             # py-spy writes its own lines to the same stdout
-            line = next(l for l in run.stdout.splitlines() if l.startswith("sample_us "))
+            line = next(text for text in run.stdout.splitlines()
+                        if text.startswith("sample_us "))
             sample_us.append(float(line.split()[1]))
     every, holding = counts
     return {"share": holding / every, "samples": every, "samples_holding": holding,
@@ -188,7 +189,8 @@ def launch_bound_step() -> Callable[[], None]:
     return step
 
 
-def step_rate_beside(step: Callable[[], None], one_pass, seconds: float) -> dict:
+def step_rate_beside(step: Callable[[], None], one_pass: Optional[Callable[[], int]],
+                     seconds: float) -> dict:
     """The step's rate over `seconds` while a thread runs loader passes (None: no loader), and
     the loader's images per second meanwhile (counted per batch). A pass is never left early:
     a process loader's batches in flight would keep their memory slots."""
@@ -316,7 +318,6 @@ def main(argv=None) -> dict:
         data, description = Path(tmp.name), "generated, 300-500 px, quality 90"
         make_dataset(dataset_command(data, 10, args.images // 10, 1, 300, 500, workers=None))
     torch.set_num_threads(1)  # the consuming process: one thread, as in bench.io
-    # each pass reads the first --images files of the sampler's order
     counts = sorted({1, *(args.counts or [args.workers])})  # 1: the block's per-worker rate
     alone = measure(contenders(data, args.batch_size, args.image_size, counts), args.passes)
     for name, r in alone.items():
@@ -336,9 +337,10 @@ def main(argv=None) -> dict:
     record = {"command": shown_command("loader_threads",
                                        argv if argv is not None else sys.argv[1:]),
               "commit": git_commit(), "hardware": machine(), "data_description": description,
-              "config": {k: getattr(args, k) for k in ("images", "workers", "batch_size",
-                                                       "image_size", "passes",
-                                                       "step_seconds")},
+              "config": {**{k: getattr(args, k) for k in ("images", "workers", "batch_size",
+                                                          "image_size", "passes",
+                                                          "step_seconds", "gil_seconds")},
+                         "counts": counts},
               "alone": alone, "gil": gil, "beside_step": beside}
     print("\n" + block(record))
     if args.json:
