@@ -95,9 +95,10 @@ def missing_requirements(path: Path = REPO / "requirements.txt") -> List[str]:
     missing = []
     for distribution, module in requirements(path):
         if distribution.lower() in PROGRAMS:
-            if not Path(sys.executable).with_name(distribution).exists():
+            if not (Path(sys.executable).with_name(distribution).exists()
+                    or shutil.which(distribution)):
                 missing.append(f"{distribution}: no program {distribution} beside "
-                               f"{sys.executable}")
+                               f"{sys.executable} or on the PATH")
             continue
         try:
             importlib.import_module(module)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import shutil
 import statistics
 import subprocess
 import sys
@@ -149,17 +150,20 @@ def gil_share(data: Path, batch: int, size: int, seconds: float) -> dict:
     """The share of a sample's time its thread holds the GIL: py-spy samples a process making
     samples in its main thread (sample_loop) twice, once at every sample and once only where the
     thread holds the GIL, at 200 Hz; the share is the ratio of the two counts."""
-    spy = Path(sys.executable).with_name("py-spy")  # where pip installs it, beside python
-    if not spy.exists():
-        raise SystemExit(f"py-spy is not installed beside {sys.executable}: pip install py-spy "
-                         "(requirements.txt and the package's [tools] extra have it)")
+    # pip puts it beside python in a virtualenv; a system Python's pip puts it on the PATH
+    beside = Path(sys.executable).with_name("py-spy")
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("py-spy is not installed (not beside python, not on the PATH): pip "
+                         "install py-spy (requirements.txt and the package's [tools] extra "
+                         "have it)")
     child = [sys.executable, "-m", "imagenet_recipes.bench.loader_threads", str(data),
              "-b", str(batch), "--image-size", str(size), "--sample-loop", str(seconds)]
     counts, sample_us = [], []
     with tempfile.TemporaryDirectory(prefix="py_spy_") as tmp:
         for only_gil in ([], ["--gil"]):
             out = Path(tmp) / "stacks.txt"
-            run = subprocess.run([str(spy), "record", "--rate", "200", "--format", "raw",
+            run = subprocess.run([spy, "record", "--rate", "200", "--format", "raw",
                                   "--idle", *only_gil, "-o", str(out), "--", *child],
                                  capture_output=True, text=True)
             if run.returncode != 0:
