@@ -42,7 +42,7 @@ def test_a_built_wheel_is_the_product_alone_and_building_it_leaves_the_clone_cle
     built from), installed into a fresh environment that has torch but not this clone: every
     preset works by name from `/`, and an entry trains there as `python -m`, from the installed
     package; the wheel holds no tool or experiment module (they read the clone) and does not
-    require the tools' matplotlib and jinja2 but as an extra; the build leaves nothing git
+    require the tools' matplotlib, jinja2 and py-spy but as an extra; the build leaves nothing git
     would see in the clone."""
     clone = fresh_clone(tmp_path / "clone")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(clone)]
@@ -68,7 +68,7 @@ def test_a_built_wheel_is_the_product_alone_and_building_it_leaves_the_clone_cle
     assert sorted(r.split(">")[0] for r in requires if "extra ==" not in r) == [
         "numpy", "pillow", "pyyaml", "tensorboard", "timm", "torch", "torchvision"]
     assert {r.split(">")[0] for r in requires if "extra == \"tools\"" in r} == {
-        "matplotlib", "jinja2"}
+        "matplotlib", "jinja2", "py-spy"}
     presets = sorted(p.name for p in (REPO / "recipes").glob("*.toml"))
     assert len(presets) == 6
 
