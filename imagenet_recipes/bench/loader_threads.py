@@ -146,10 +146,8 @@ def _spied_samples(stacks: str) -> int:
                if f"{sample_loop.__name__} (" in line)
 
 
-def gil_share(data: Path, batch: int, size: int, seconds: float) -> dict:
-    """The share of a sample's time its thread holds the GIL: py-spy samples a process making
-    samples in its main thread (sample_loop) twice, once at every sample and once only where the
-    thread holds the GIL, at 200 Hz; the share is the ratio of the two counts."""
+def py_spy() -> str:
+    """py-spy's program, or exit saying how to install it."""
     # pip puts it beside python in a virtualenv; a system Python's pip puts it on the PATH
     beside = Path(sys.executable).with_name("py-spy")
     spy = str(beside) if beside.exists() else shutil.which("py-spy")
@@ -157,6 +155,13 @@ def gil_share(data: Path, batch: int, size: int, seconds: float) -> dict:
         raise SystemExit("py-spy is not installed (not beside python, not on the PATH): pip "
                          "install py-spy (requirements.txt and the package's [tools] extra "
                          "have it)")
+    return spy
+
+
+def gil_share(spy: str, data: Path, batch: int, size: int, seconds: float) -> dict:
+    """The share of a sample's time its thread holds the GIL: py-spy (`spy`) samples a process
+    making samples in its main thread (sample_loop) twice, once at every sample and once only
+    where the thread holds the GIL, at 200 Hz; the share is the ratio of the two counts."""
     child = [sys.executable, "-m", "imagenet_recipes.bench.loader_threads", str(data),
              "-b", str(batch), "--image-size", str(size), "--sample-loop", str(seconds)]
     counts, sample_us = [], []
@@ -314,6 +319,7 @@ def main(argv=None) -> dict:
         print(f"sample_us {sample_loop(loader, args.sample_loop):.1f}")
         return {}
 
+    spy = py_spy()  # before anything is measured
     tmp = None
     if args.data:
         data, description = Path(args.data), str(args.data)
@@ -326,7 +332,7 @@ def main(argv=None) -> dict:
     alone = measure(contenders(data, args.batch_size, args.image_size, counts), args.passes)
     for name, r in alone.items():
         print(f"alone    {name:14s} {r['img_s']:8.1f} img/s", flush=True)
-    gil = gil_share(data, args.batch_size, args.image_size, args.gil_seconds)
+    gil = gil_share(spy, data, args.batch_size, args.image_size, args.gil_seconds)
     print(f"GIL      held {gil['share']:.0%} of a {gil['sample_us']:.0f} us sample", flush=True)
     # beside the step, the backend's default worker count: a core left for the training process
     beside_workers = default_workers(1, args.workers)

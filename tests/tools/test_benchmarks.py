@@ -54,6 +54,22 @@ def test_loader_threads_counts_py_spys_samples_inside_the_sample_loop_only():
     assert _spied_samples(stacks) == 12
 
 
+def test_loader_threads_without_py_spy_stops_before_measuring_and_says_how_to_get_it(
+        tmp_path, monkeypatch):
+    from imagenet_recipes.bench import loader_threads
+
+    def generated(*_):
+        raise AssertionError("data generated before py-spy was found")
+
+    # no py-spy beside this python, none on the PATH
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(loader_threads, "make_dataset", generated)
+    with pytest.raises(SystemExit, match="py-spy is not installed.*pip install py-spy"):
+        loader_threads.main(["--json", str(tmp_path / "record.json")])
+    assert not (tmp_path / "record.json").exists()
+
+
 def test_loader_threads_make_the_loader_workers_batches(tiny_imagefolder):
     """One thread makes the very batches of the backend's worker process (each sample's crop
     and flip come from its key); two threads keep the sampler's order."""
