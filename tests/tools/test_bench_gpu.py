@@ -309,7 +309,8 @@ def test_the_tool_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     marker = tmp_path / "started"
     code = ("import signal; from imagenet_recipes.bench.gpu import scripts\n"
             "signal.signal(signal.SIGTERM, scripts.stop_on_signal)\n"
-            f"scripts.CHILDREN.run(['bash', '-c', 'echo $$ > {marker}; sleep 60 & wait'], 120)\n")
+            # the marker once the sleep is started: the group has both members by then
+            f"scripts.CHILDREN.run(['bash', '-c', 'sleep 60 & echo $$ > {marker}; wait'], 120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO)
     deadline = time.monotonic() + 60
     while not (marker.is_file() and marker.read_text().strip()) and time.monotonic() < deadline:
