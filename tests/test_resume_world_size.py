@@ -10,20 +10,24 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TINY, records, run_script, traced, traced_samples
+from conftest import REPO, TESTS, TINY, records, run_script, traced, traced_samples
+from step_hold import held, hold_env, release, wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
 TRAIN_IMAGES = 64  # tiny_imagefolder: 4 classes x 16
 
 
-def _traced(nproc: int, trace_dir, args) -> subprocess.Popen:
-    """train/ddp.py on `nproc` processes under torchrun, its samples traced."""
+def _traced(nproc: int, trace_dir, args, output, hold: dict = None) -> subprocess.Popen:
+    """train/ddp.py on `nproc` processes under torchrun, its samples traced, its output to the
+    file `output`; `hold`: held after a step (step_hold.hold_env)."""
     prefix, env = traced("ddp.py", trace_dir)
+    if hold:
+        prefix, env = [str(TESTS / "step_hold.py"), *prefix], {**env, **hold}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", *prefix, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=REPO)
+    with open(output, "w") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 @pytest.mark.parametrize("before,after", [(1, 2), (2, 1)])
@@ -32,23 +36,36 @@ def test_mid_epoch_resume_on_another_process_count_trains_every_sample_once(
     # The same global batch (8) on both sides: -b 8 on one process, -b 4 on two.
     common = TINY + ["-j", "0", "--epochs", "1", "--seed", "5", "--logdir", tmp_path,
                      "--run-name", "cut", tiny_imagefolder]
-    first = _traced(before, tmp_path / "first", common + ["-b", 8 // before])
-    for line in first.stdout:  # stop as soon as epoch 0 has made progress
-        if "Epoch [0][2/" in line:
-            first.send_signal(signal.SIGTERM)  # torchrun passes it on to its workers
-            break
-    output = first.stdout.read()
-    first.wait(timeout=300)
+    # Every rank waits after its 2nd step until the signal has reached all of them: they stop
+    # at step 2 (16 samples) whatever the speed of the CPU and of this test's process.
+    hold_dir, out = tmp_path / "hold", tmp_path / "first.txt"
+    first = _traced(before, tmp_path / "first", common + ["-b", 8 // before], out,
+                    hold_env(2, hold_dir))
+    try:
+        wait_for(held(hold_dir, before), "held after step 2", first, output=out.read_text)
+        first.send_signal(signal.SIGTERM)  # torchrun passes it on to its workers
+        wait_for(lambda: all(f"=> rank {r}: SIGTERM received" in out.read_text()
+                             for r in range(before)),
+                 "SIGTERM received by every rank", first, output=out.read_text)
+        release(hold_dir)
+        first.wait(timeout=300)
+    finally:
+        first.kill()
+    output = out.read_text()
     assert "exiting with status 75" in output, output
     state = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
     done = state["epoch_samples"]
-    assert state["epoch"] == 0 and state["world_size"] == before and 16 <= done < TRAIN_IMAGES
+    assert state["epoch"] == 0 and state["world_size"] == before and done == 16
     assert sorted(traced_samples(tmp_path / "first")) == sorted(set(traced_samples(tmp_path / "first")))
     assert len(traced_samples(tmp_path / "first")) == done
 
-    second = _traced(after, tmp_path / "second", common + ["-b", 8 // after, "--resume", "auto"])
-    output = second.stdout.read()
-    assert second.wait(timeout=300) == 0, output
+    second = _traced(after, tmp_path / "second", common + ["-b", 8 // after, "--resume", "auto"],
+                     tmp_path / "second.txt")
+    try:
+        code = second.wait(timeout=300)
+    finally:
+        second.kill()
+    assert code == 0, (tmp_path / "second.txt").read_text()
     seen = traced_samples(tmp_path / "first") + traced_samples(tmp_path / "second")
     assert sorted(seen) == list(range(TRAIN_IMAGES))  # each image once: none twice, none lost
     resumed = [r for r in records(tmp_path / "cut", "train") if r["epoch_step"] > done // 8]
