@@ -61,10 +61,10 @@ class TrainConfig:
     data_backend: str = field(default="pytorch", metadata=opt(
         DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
     gpu_decoder: str = field(default="torchcodec", metadata=opt(
-        DATA, "--gpu-decoder", choices=("torchcodec", "nvimgcodec"),
+        DATA, "--gpu-decoder", choices=("torchcodec", "nvimgcodec", "nvimgcodec-whole"),
         help="--data-backend gpu's JPEG decoder: torchcodec (nvJPEG's CUDA decoder, whole "
-             "images) or nvimgcodec (nvImageCodec: only each crop's region, with the GPU's "
-             "hardware JPEG decoder where it has one); libjpeg-turbo on a CPU run"))
+             "images), nvimgcodec (nvImageCodec: only each crop's region, with the GPU's hardware "
+             "JPEG decoder where it has one; nvimgcodec-whole: whole images, where regions fail)"))
     gpu_hw_decoder_load: float = field(default=0.65, metadata=opt(
         DATA, "--gpu-hw-decoder-load", help="--gpu-decoder nvimgcodec: as --dali-hw-decoder-load"))
     dali_hw_decoder_load: float = field(default=0.65, metadata=opt(

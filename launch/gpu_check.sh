@@ -15,11 +15,15 @@
 # after GPU_CHECK_GROUP_LIMIT seconds (default 420); a stopped group records the check it was in
 # as "stopped" and kills every process it started. --jobs N (GPU_CHECK_JOBS) runs N groups side
 # by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
-# --probe also has each GPU decoder (torchcodec, nvimgcodec) decode a small built-in JPEG on the
-# device the checks measure on (cuda:0; the CPU with --cpu) and prints a line for each:
-# "decoder NAME OK: where the pixels ended up", "MISSING: the module is not installed" or
-# "BROKEN: the cause and the fix" (imagenet_recipes.data.jpeg_decoders.probe_decoder); a decoder
-# that does not work leaves the exit status as it is (gpu_session.sh skips what needs it).
+# --probe also has each GPU decoder decode a batch of a known JPEG on the device the checks
+# measure on (cuda:0; the CPU with --cpu), as a run would (--batch-size N, default 256, the
+# hardware decoder's batch path), each in a process of its own under a time limit
+# (GPU_CHECK_PROBE_LIMIT seconds, default 60): torchcodec, nvimgcodec (each sample's region) and
+# nvimgcodec-whole (whole images: nvImageCodec's way round where its regions fail). A line for
+# each: "decoder NAME OK: where the pixels ended up", "MISSING: the module is not installed" or
+# "BROKEN: the cause" (a refusal's message, "crashed: killed by SIGSEGV (exit 139)", "hung: no
+# answer within 60 s"; imagenet_recipes.data.decoder_check). A decoder that does not work leaves
+# the exit status as it is (gpu_session.sh skips what needs it).
 # --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
 # the first entry script, ...): every check's code once (the CPU simulation of all groups took
 # 112 s against 176; not yet timed on a GPU). The CPU suite simulates the tier that way, since it
@@ -35,7 +39,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 all_groups=(entries precision ranks resume layout recipes dali decode nccl)
-out="" device=cuda probe=0 jobs="${GPU_CHECK_JOBS:-}" first_of_each=0 groups=()
+out="" device=cuda probe=0 jobs="${GPU_CHECK_JOBS:-}" first_of_each=0 groups=() batch=256
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs="${2:?--jobs needs a number}"; shift 2 ;;
     --jobs=*) jobs="${1#--jobs=}"; shift ;;
     --probe) probe=1; shift ;;
+    --batch-size) batch="${2:?--batch-size needs a number}"; shift 2 ;;
     --first-of-each) first_of_each=1; shift ;;
     --list) printf '%s\n' "${all_groups[@]}"; exit 0 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -56,6 +61,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#groups[@]} -gt 0 ] || groups=("${all_groups[@]}")
+[[ "$batch" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check: --batch-size takes a positive number" >&2
+                                     exit 2; }
 
 # The Python that has torch: $PYTHON, else python3 on PATH (launch/env.sh's environment when run
 # through it). Nothing is downloaded: where that Python does not import this clone's package
@@ -64,7 +71,7 @@ python="${PYTHON:-python3}"
 
 # One Python start for the whole look at the machine (each start costs seconds: it imports
 # torch): torch, the GPUs and the optional modules. Exit 2: no torch, no pytest or no GPU.
-"$python" - "$device" "$probe" <<'EOF'
+"$python" - "$device" <<'EOF'
 import importlib.util, sys
 try:
     import torch
@@ -89,37 +96,39 @@ if device == "cuda" and not torch.cuda.is_available():
     print("gpu_check: no CUDA GPU is visible (torch.cuda.is_available() is False): nothing to "
           "check here; --cpu simulates the tier on the CPU", file=sys.stderr)
     sys.exit(2)
-if sys.argv[2] == "1":
-    # --probe: each GPU decoder decodes a known JPEG on the device the checks and bench.gpu
-    # measure on; one that cannot is named with its cause (the session skips what needs it)
-    on = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
-    for name, module in (("torchcodec", "torchcodec"), ("nvimgcodec", "nvidia.nvimgcodec")):
-        try:
-            missing = importlib.util.find_spec(module) is None
-        except ImportError:  # nvidia/ itself absent
-            missing = True
-        if missing:
-            print(f"gpu_check: decoder {name:10} MISSING: {module} is not installed")
-            continue
-        try:
-            from imagenet_recipes.config import UsageError
-            from imagenet_recipes.data.jpeg_decoders import probe_decoder
-        except ImportError as err:
-            print(f"gpu_check: decoder {name:10} NOT PROBED: this clone cannot probe ({err})")
-            continue
-        try:
-            print(f"gpu_check: decoder {name:10} OK: {probe_decoder(name, on)}")
-        except (UsageError, ImportError) as err:
-            print(f"gpu_check: decoder {name:10} BROKEN: {str(err).splitlines()[0]}")
-        except Exception as err:  # whatever it raises: the probe names it and goes on
-            print(f"gpu_check: decoder {name:10} BROKEN: {type(err).__name__}: "
-                  f"{str(err).splitlines()[0] if str(err) else ''}")
 sys.exit(0 if importlib.util.find_spec("pytest") else 2)
 EOF
 [ $? -eq 0 ] || exit 2
 # The entry scripts the checks start import the package as installed, not from this folder
 bash launch/install_clone.sh "$python" || exit 2
-[ $probe -eq 0 ] || exit 0
+
+# probe_decoder NAME: a line with its verdict, from a process of its own under a time limit: a
+# crash or a hang is named from the exit status and never stops the probe of the others.
+probe_decoder() {
+  local name=$1 limit="${GPU_CHECK_PROBE_LIMIT:-60}" said rc began=$SECONDS verdict signal
+  said="$(timeout --kill-after=5 "$limit" "$python" -m imagenet_recipes.data.decoder_check \
+          "$name" --device "$device" --batch-size "$batch" 2>&1)"
+  rc=$?
+  verdict="$(printf '%s\n' "$said" | grep -E '^(OK|BROKEN|MISSING): ' | tail -n 1)"
+  if [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ $((SECONDS - began)) -ge "$limit" ]; }; then
+    verdict="BROKEN: hung: no answer within $limit s decoding a batch of $batch (killed)"
+  elif [ $rc -gt 128 ]; then
+    signal="$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
+    verdict="BROKEN: crashed: killed by SIG$signal (exit $rc) decoding a batch of $batch"
+  elif [ -z "$verdict" ]; then
+    verdict="BROKEN: exit $rc without a verdict: $(printf '%s\n' "$said" | tail -n 1 | cut -c1-200)"
+  fi
+  printf 'gpu_check: decoder %-16s %s\n' "$name" "$verdict"
+  if [ $rc -gt 128 ] || [ $rc -eq 124 ] && [ -n "$said" ]; then  # its last words
+    printf '%s\n' "$said" | tail -n 3 | sed 's/^/gpu_check:     | /'
+  fi
+}
+if [ $probe -eq 1 ]; then
+  for name in torchcodec nvimgcodec nvimgcodec-whole; do
+    probe_decoder "$name"
+  done
+  exit 0
+fi
 
 if [ -n "$out" ]; then
   mkdir -p "$out" && out="$(cd "$out" && pwd)"

@@ -378,7 +378,7 @@ def test_out_of_memory_and_cuda_errors_are_raised_not_decoded_on_the_cpu(monkeyp
 @pytest.mark.parametrize("name", list(DECODER_MODULES))
 def test_the_check_at_start_decodes_a_known_jpeg_where_the_run_decodes(name):
     pytest.importorskip(DECODER_MODULES[name])
-    from imagenet_recipes.data.jpeg_decoders import probe_decoder
+    from imagenet_recipes.data.decoder_check import probe_decoder
 
     line = probe_decoder(name, CPU)
     assert line.startswith(f"{name}: decodes on the CPU") and "0.00 levels" in line

@@ -60,7 +60,8 @@ from ..config import TrainConfig, UsageError
 from ..machine import cores_per_process
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
-from .jpeg_decoders import DecoderSettings, Refused, check_decoder, make_decoder
+from .decoder_check import check_decoder
+from .jpeg_decoders import DecoderSettings, Refused, make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
 from .prefetch import PreparedAhead

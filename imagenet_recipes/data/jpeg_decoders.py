@@ -8,8 +8,8 @@ others return whole images and leave the cutting to the caller. A file a decoder
 decoded by torchvision on the CPU by the caller, which counts it with its reason (the progress
 line, the JSONL log): a "GPU decoding" run never decodes on the CPU unseen. What is not a
 file's fault (out of memory, a CUDA error, a decoder that decodes nothing) is raised, never
-turned into CPU decoding; `probe_decoder` refuses at start a decoder that cannot decode a known
-JPEG on the run's device.
+turned into CPU decoding, nor is a batch of which the decoder decoded no file (DecodedNothing);
+decoder_check.py refuses at start a decoder that cannot decode a known JPEG on the run's device.
 
     torchcodec  TorchCodec's decode_jpeg: nvJPEG's CUDA decoder on a GPU, libjpeg-turbo on the
                 CPU; whole images. Each call ends with a host synchronisation on the calling
@@ -32,6 +32,12 @@ JPEG on the run's device.
                 with NVIMGCODEC_DEVICE_CPU_ONLY and the CPU backend alone; the default device
                 fails there with "CUDA Runtime failure #35"), so the CPU runs this path for
                 real; its pixels are libjpeg-turbo's exactly, regions included.
+    nvimgcodec-whole
+                nvImageCodec decoding whole images, cropped on the device as TorchCodec's are:
+                the way round for an nvImageCodec whose region decoding is refused or broken
+                (nvJPEG older than 13.2 refuses regions with interpolated chroma; nvImageCodec
+                0.9's region batches crash on some GPUs, its issue #55), so the hardware
+                decoder still decodes. Asked for by name, never chosen silently.
 
 The hardware decoder writes its output when the call is made, not in the order of the stream
 it is given (torchcodec#1634, pytorch/vision#9606: corrupted images on an H100): the nvImageCodec
@@ -40,7 +46,6 @@ into is still being read.
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -48,7 +53,7 @@ import torch
 
 from ..config import UsageError
 
-GPU_DECODERS = ("torchcodec", "nvimgcodec")
+GPU_DECODERS = ("torchcodec", "nvimgcodec", "nvimgcodec-whole")
 TORCHCODEC_PIP = "pip install torchcodec"
 NVIMGCODEC_PIP = "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'"
 # The hardware decoder's share of each batch: DALI's own default for its mixed decoder
@@ -57,6 +62,11 @@ NVIMGCODEC_PIP = "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'"
 HW_LOAD = 0.65
 
 Region = Tuple[int, int, int, int]  # (top, left, height, width)
+
+
+class DecodedNothing(RuntimeError):
+    """The decoder decoded none of the files of a batch: not one file's fault (a library, a
+    device or a setting that does not work), so raised rather than decoded on the CPU."""
 
 
 class Refused(NamedTuple):
@@ -87,6 +97,8 @@ def import_nvimgcodec():
 
 def make_decoder(name: str, device: torch.device, settings: DecoderSettings = DecoderSettings()):
     """The --gpu-decoder `name` for a run on `device`, or a UsageError saying what to install."""
+    if name == "nvimgcodec-whole":
+        return NvImageCodecDecoder(device, settings, regions=False)
     return {"torchcodec": TorchCodecDecoder, "nvimgcodec": NvImageCodecDecoder}[name](
         device, settings)
 
@@ -146,23 +158,24 @@ class TorchCodecDecoder:
                     raise
                 images.append(Refused(f"torchcodec: {first_line(err)}"))
         if len(images) > 1 and all(isinstance(image, Refused) for image in images):
-            raise RuntimeError(f"TorchCodec decoded none of the {len(images)} JPEGs of a batch "
-                               f"on {self.device} ({images[0].reason}): not one file's fault")
+            raise DecodedNothing(f"TorchCodec decoded none of the {len(images)} JPEGs of a "
+                                 f"batch on {self.device} ({images[0].reason}): not one "
+                                 "file's fault")
         return images
 
 
 class NvImageCodecDecoder:
-    crops = True
-    name = "nvimgcodec"
-
     def __init__(self, device: torch.device, settings: DecoderSettings = DecoderSettings(),
-                 fancy_upsampling: bool = True):
+                 fancy_upsampling: bool = True, regions: bool = True):
         """fancy_upsampling False: chroma repeated, not interpolated (DALI's default); for
-        measuring what the interpolation buys (the GPU tier's decode group)."""
+        measuring what the interpolation buys (the GPU tier's decode group). regions False:
+        whole images (nvimgcodec-whole), the caller crops."""
+        self.crops = regions
+        self.name = "nvimgcodec" if regions else "nvimgcodec-whole"
         try:
             nvimgcodec = import_nvimgcodec()
         except (ImportError, OSError, RuntimeError) as err:
-            raise UsageError(f"--gpu-decoder nvimgcodec cannot import nvImageCodec ({err}): "
+            raise UsageError(f"--gpu-decoder {self.name} cannot import nvImageCodec ({err}): "
                              f"{NVIMGCODEC_PIP}") from None
         self.nvimgcodec, self.device = nvimgcodec, device
         kind = nvimgcodec.BackendKind
@@ -195,100 +208,29 @@ class NvImageCodecDecoder:
         streams = []
         for data, region in zip(files, regions):
             stream = codec.CodeStream(data.numpy())
-            if region is not None:
+            if region is not None and self.crops:
                 top, left, height, width = region
                 stream = stream.get_sub_code_stream(
                     region=codec.Region(top, left, top + height, left + width))
             streams.append(stream)
-        refused = Refused("nvimgcodec: no image (its log says why)")
         if self.device.type == "cuda":
             cuda_stream = torch.cuda.current_stream(self.device)
             cuda_stream.synchronize()  # the hardware decoder ignores stream order (docstring)
             images = self.decoder.decode(streams, cuda_stream=cuda_stream.cuda_stream)
             # HWC uint8 on the device, no copy; CHW is a view of it
-            return [refused if image is None else
-                    torch.as_tensor(image, device=self.device).permute(2, 0, 1)
-                    for image in images]
-        import numpy as np
+            as_tensor = lambda image: torch.as_tensor(image, device=self.device)  # noqa: E731
+        else:
+            import numpy as np
 
-        return [refused if image is None else
-                torch.from_numpy(np.asarray(image)).permute(2, 0, 1)
-                for image in self.decoder.decode(streams)]
-
-
-# --- the check at start ---------------------------------------------------------------------------
-# What to do when a decoder cannot decode on the GPU, by decoder
-_FIXES = {
-    "torchcodec": (f"a TorchCodec built for this torch and CUDA ({TORCHCODEC_PIP}; "
-                   "see TorchCodec's compatibility table)"),
-    "nvimgcodec": (f"nvImageCodec with its nvJPEG extension ({NVIMGCODEC_PIP}); in a container, "
-                   "the driver's video capability for the hardware decoder "
-                   "(NVIDIA_DRIVER_CAPABILITIES=compute,utility,video)"),
-}
-
-
-def known_jpeg() -> Tuple[bytes, torch.Tensor]:
-    """A small 4:2:0 JPEG made here (a smooth colour ramp, so every decoder's chroma upsampling
-    lands within a level or two of libjpeg-turbo's) and its pixels as torchvision decodes it."""
-    from PIL import Image
-    from torchvision.io import decode_jpeg
-
-    y, x = torch.meshgrid(torch.arange(48), torch.arange(80), indexing="ij")
-    pixels = torch.stack([x * 3, y * 5, 255 - x * 2 - y]).clamp(0, 255).to(torch.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(out, "JPEG", quality=90,
-                                                          subsampling=2)
-    data = out.getvalue()
-    return data, decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-
-
-def probe_decoder(name: str, device: torch.device,
-                  settings: DecoderSettings = DecoderSettings()) -> str:
-    """Build the --gpu-decoder `name` for `device` and check it (check_decoder). -> one line
-    saying where it decodes; a UsageError naming the cause and the fix."""
-    return check_decoder(make_decoder(name, device, settings), device)
-
-
-def check_decoder(decoder, device: torch.device) -> str:
-    """Decode a known JPEG with `decoder` (the whole image, and a region where it decodes
-    regions). -> one line saying so; a UsageError naming the cause and the fix when it decodes
-    nothing, decodes off the device, or decodes wrong pixels."""
-    name = decoder.name
-    data, reference = known_jpeg()
-    encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    region = (8, 16, 24, 40)
-    wanted = [None] + ([region] if decoder.crops else [])
-    where = f"{device}" if device.type == "cuda" else "the CPU"
-    try:
-        images = decoder([encoded] * len(wanted), wanted)
-    except Exception as err:
-        raise UsageError(f"--gpu-decoder {name} failed to decode a small JPEG on {where} "
-                         f"({type(err).__name__}: {first_line(err)}); needs "
-                         f"{_FIXES[name]}. Or decode elsewhere: --data-backend pytorch "
-                         f"(CPU workers) or the other --gpu-decoder") from None
-    worst = 0.0
-    for image, cut in zip(images, wanted):
-        if isinstance(image, Refused):
-            raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for a plain "
-                             f"JPEG ({image.reason}); needs {_FIXES[name]}. Or decode "
-                             "elsewhere: --data-backend pytorch or the other --gpu-decoder")
-        if image.device.type != device.type:
-            raise UsageError(f"--gpu-decoder {name} returned its pixels on {image.device}, not "
-                             f"on {where}: it is not decoding on the GPU; needs {_FIXES[name]}")
-        top, left, height, width = cut or (0, 0, *reference.shape[1:])
-        expected = reference[:, top:top + height, left:left + width]
-        if tuple(image.shape) != tuple(expected.shape):
-            raise UsageError(f"--gpu-decoder {name} decoded a {tuple(expected.shape)} JPEG "
-                             f"as {tuple(image.shape)} on {where}")
-        worst = max(worst, (image.cpu().float() - expected.float()).abs().mean().item())
-    # Repeated chroma on this smooth ramp stays within a couple of levels; a wrong colour
-    # conversion or channel order is tens of levels off
-    if worst > 8:
-        raise UsageError(f"--gpu-decoder {name} decoded a known JPEG {worst:.1f} levels away "
-                         f"from libjpeg-turbo on {where}: not a working decoder")
-    return (f"{name}: decodes on {where} (a {reference.shape[2]}x{reference.shape[1]} JPEG"
-            f"{' and a region of it' if decoder.crops else ''}; mean |diff| to libjpeg-turbo "
-            f"{worst:.2f} levels)")
+            images = self.decoder.decode(streams)
+            as_tensor = lambda image: torch.from_numpy(np.asarray(image))  # noqa: E731
+        if len(images) > 1 and all(image is None for image in images):
+            what = "regions" if self.crops and any(regions) else "JPEGs"
+            raise DecodedNothing(f"nvImageCodec decoded none of the {len(images)} {what} of a "
+                                 f"batch on {self.device} (its own log says why)")
+        refused = Refused("nvimgcodec: no image (its log says why)")
+        return [refused if image is None else as_tensor(image).permute(2, 0, 1)
+                for image in images]
 
 
 class CropRegionReader:

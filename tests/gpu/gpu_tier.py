@@ -258,3 +258,21 @@ def need(module: str, why: str) -> None:
 
     if not installed(module):
         pytest.skip(f"{module} is not installed: {why}")
+
+
+def broken_decoders() -> dict:
+    """The GPU decoders that tools/gpu_session.sh's probe found broken here, with the cause:
+    GPU_TIER_BROKEN_DECODERS, one NAME=CAUSE a line."""
+    lines = os.environ.get("GPU_TIER_BROKEN_DECODERS", "").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def need_decoder(name: str, module: str, why: str) -> None:
+    """Skip the check when the GPU decoder `name` is not installed, or was found broken by the
+    probe (a crash or a hang there would cost the whole group its time)."""
+    import pytest
+
+    need(module, why)
+    cause = broken_decoders().get(name)
+    if cause is not None:
+        pytest.skip(f"the probe found --gpu-decoder {name} broken here: {cause}")

@@ -7,7 +7,7 @@ installed."""
 import pytest
 import torch
 
-from .gpu_tier import ARCH, DEVICE, SMALL, finite_losses, need, on_device, train
+from .gpu_tier import ARCH, DEVICE, SMALL, finite_losses, need_decoder, on_device, train
 
 WHY = {"torchcodec": "pip install torchcodec (requirements.txt pins the tested version)",
        "nvidia.nvimgcodec": "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' (requirements.txt "
@@ -16,7 +16,7 @@ MODULE = {"torchcodec": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec"}
 
 
 def test_gpu_decode_loader_trains(runs, images, saw):
-    need("torchcodec", WHY["torchcodec"])
+    need_decoder("torchcodec", "torchcodec", WHY["torchcodec"])
     log = train(runs, "gpu-decode", "nd.py", [*SMALL, "--data-backend", "gpu",
                                               "--channels-last", images])
     device = on_device(log)
@@ -93,7 +93,7 @@ def test_gpu_decode_batches_match_the_pytorch_loaders(decoder, split, images, sa
     colour edges a GPU decoder's chroma upsampling moves values by much more (2.28 normalised,
     about 130 levels, at one pixel on an H200 with TorchCodec), which the share bound of the
     decoder check keeps rare."""
-    need(MODULE[decoder], WHY[MODULE[decoder]])
+    need_decoder(decoder, MODULE[decoder], WHY[MODULE[decoder]])
     ours, skipped = _batches("gpu", images, split, "--gpu-decoder", decoder)
     theirs, skipped_pt = _batches("pytorch", images, split)
     assert skipped == skipped_pt == 0
@@ -130,7 +130,7 @@ def test_gpu_decoders_agree_with_libjpeg_turbo_on_the_same_crops(decoder, images
     from imagenet_recipes.data import jpeg_decoders
 
     name = decoder.split("-")[0]
-    need(MODULE[name], WHY[MODULE[name]])
+    need_decoder(name, MODULE[name], WHY[MODULE[name]])
     device = torch.device(DEVICE)
     repeated_chroma = decoder.endswith("repeated-chroma") or (name == "torchcodec"
                                                                and device.type == "cuda")
@@ -163,7 +163,7 @@ def test_gpu_decode_batches_beside_the_step_are_those_decoded_in_line(images, sa
     batches decoded in the training thread, bit for bit, with each batch finishing late on the
     side stream and the training stream busy before it reads each one: the hand-over (the
     event the training stream waits on, record_stream) loses or mixes nothing."""
-    need("nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
+    need_decoder("nvimgcodec", "nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
     ahead, _ = _batches("gpu", images, "train", "--gpu-decoder", "nvimgcodec", ahead=2,
                         late=True)
     in_line, _ = _batches("gpu", images, "train", "--gpu-decoder", "nvimgcodec", ahead=0)
