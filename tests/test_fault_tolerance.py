@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, TINY, add_damaged_files, jpeg_bytes,
+from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
                       proc_stat, read_jsonl, records, run_script, start_script, unused_port)
+from step_hold import held, hold_env, release, wait_for
 
 
 def _weights(path):
@@ -38,6 +39,23 @@ def _read_until(proc, prefix: str) -> str:
             return "".join(seen)
     proc.wait()
     raise AssertionError(f"the run ended before printing {prefix!r}:\n{''.join(seen)[-3000:]}")
+
+
+def _start_held(script: str, args, hold_dir: Path, after: int, nproc: int = 0,
+                torchrun_args=()):
+    """train/<script> started as start_script does, each process held after its step `after`
+    until release(hold_dir) (tests/step_hold.py): the test signals or kills it at that step,
+    however fast the run or slow this test's process."""
+    return start_script("tests/step_hold.py", [TRAIN / script, *args], nproc, torchrun_args,
+                        env=hold_env(after, hold_dir))
+
+
+def _read_until_all(proc, texts) -> str:
+    """Consume the run's output until each of `texts` has appeared (in any order)."""
+    output = ""
+    while not all(text in output for text in texts):
+        output += _read_until(proc, "\n")
+    return output
 
 
 def _runs_after(log, start: int):
@@ -84,12 +102,18 @@ def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, t
     restarts the group, --resume auto continues from the newest checkpoint, at most one
     --checkpoint-every interval is repeated, and the final weights equal an uninterrupted
     run's, bit for bit."""
-    proc = start_script("ddp.py", DDP_RUN + ["--resume", "auto", "--logdir", tmp_path,
-                                             "--run-name", "job", tiny_imagefolder],
-                        nproc=2, torchrun_args=["--max-restarts=1"])
-    _read_until(proc, "Epoch [1][5/")  # 13 steps done; checkpoints were taken at 9 and 12
-    os.kill(_rank_pid(proc.pid, 1), signal.SIGKILL)
+    # Both ranks wait after step 13 (epoch 1, step 5; checkpoints were taken at 9 and 12) until
+    # rank 1 is dead; the restarted group finds them released and does not wait.
+    hold_dir = tmp_path / "hold"
+    proc = _start_held("ddp.py", DDP_RUN + ["--resume", "auto", "--logdir", tmp_path,
+                                            "--run-name", "job", tiny_imagefolder], hold_dir, 13,
+                       nproc=2, torchrun_args=["--max-restarts=1"])
+    wait_for(held(hold_dir, 2), "held after step 13", proc)
+    rank1 = _rank_pid(proc.pid, 1)
+    os.kill(rank1, signal.SIGKILL)
+    wait_for(lambda: _gone(rank1), "rank 1 gone", proc)
     killed_at = time.monotonic()
+    release(hold_dir)
     output = _read_until(proc, "=> resumed from")
     restart_seconds = time.monotonic() - killed_at
     output += proc.stdout.read()
@@ -104,6 +128,7 @@ def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, t
     last_done = max(r["step"] for r in first if r["kind"] == "train")
     resumed_step = second[1]["step"] - 1  # first train record after the restart
     assert 0 <= last_done - resumed_step <= 3  # at most one --checkpoint-every interval redone
+    assert resumed_step == 12  # the newest checkpoint before the kill at step 13
     assert [r["epoch"] for r in second if r["kind"] == "train_epoch"] == [1]
     assert records(tmp_path / "job", "end")[-1]["reason"] == "finished"
     _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
@@ -118,17 +143,21 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     rank 0 writes a mid-epoch checkpoint and the ranks exit 75, well inside torchrun's 30 s
     grace period. Resuming reproduces the uninterrupted run exactly."""
     common = DDP_RUN + ["--logdir", tmp_path, "--run-name", "job"]
-    proc = start_script("ddp.py", common + [tiny_imagefolder], nproc=2)
-    _read_until(proc, "Epoch [0][2/")
+    # Both ranks wait after step 2 until the signal has reached them: they stop at step 2.
+    hold_dir = tmp_path / "hold"
+    proc = _start_held("ddp.py", common + [tiny_imagefolder], hold_dir, 2, nproc=2)
+    wait_for(held(hold_dir, 2), "held after step 2", proc)
     proc.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
-    output = proc.stdout.read()
+    output = _read_until_all(proc, [f"=> rank {r}: SIGTERM received" for r in (0, 1)])
+    release(hold_dir)
+    output += proc.stdout.read()
     proc.wait(timeout=120)
     assert time.monotonic() - signalled < 25, output  # no SIGKILL after the grace period
     assert "exiting with status 75" in output, output
     assert "DataLoader worker" not in output  # workers were not killed by the signal
     cut = torch.load(tmp_path / "job/checkpoint.pth", weights_only=True)
-    assert cut["epoch"] == 0 and 2 <= cut["epoch_step"] < 8
+    assert (cut["epoch"], cut["epoch_step"]) == (0, 2)
     assert records(tmp_path / "job", "end")[-1]["reason"] == "preempted by SIGTERM"
 
     run_script("ddp.py", common + ["--resume", "auto", tiny_imagefolder], nproc=2)
@@ -151,13 +180,18 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
                                       "4", "--logdir", tmp_path, "--data-backend", backend]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
-    proc = start_script("nd.py", common + ["--run-name", "cut", tiny_imagefolder])
-    _read_until(proc, "Epoch [0][2/")  # signal as soon as epoch 0 has made progress
+    # The run waits after step 2 until the signal has reached it: it stops inside epoch 0, at
+    # step 2, whatever the speed of the CPU and of this test's process.
+    hold_dir = tmp_path / "hold"
+    proc = _start_held("nd.py", common + ["--run-name", "cut", tiny_imagefolder], hold_dir, 2)
+    wait_for(held(hold_dir), "held after step 2", proc)
     proc.send_signal(signal.SIGUSR1)
-    output = proc.stdout.read()
+    output = _read_until(proc, "=> rank 0: SIGUSR1 received")
+    release(hold_dir)
+    output += proc.stdout.read()
     assert proc.wait(timeout=120) == 75, output
     cut = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
-    assert cut["epoch"] == 0 and 2 <= cut["epoch_step"] < 8  # stopped inside epoch 0
+    assert (cut["epoch"], cut["epoch_step"]) == (0, 2)  # stopped inside epoch 0, where held
     assert "preempted by SIGUSR1" in records(tmp_path / "cut", "end")[0]["reason"]
     run_script("nd.py", common + ["--run-name", "cut", "--resume", "auto", tiny_imagefolder])
     _assert_same_weights(tmp_path / "straight/checkpoint.pth", tmp_path / "cut/checkpoint.pth")
