@@ -7,8 +7,11 @@
 #
 # DIR gets
 #   wheels/    torchcodec 0.17.0 (10 MB), nvidia-nvimgcodec-cu13 0.9.0.20 (25 MB),
-#              nvidia-nvjpeg 13.0.4.44 (4 MB, the nvJPEG of CUDA 13.0, a torch +cu130's) and
-#              py-spy 0.4.3 (3 MB, for bench.loader_threads on the node's cores)
+#              nvidia-nvjpeg 13.3.2.43 (4 MB: what requirements.txt resolves; nvImageCodec 0.9
+#              decodes regions with interpolated chroma only on nvJPEG 13.2 or newer) and
+#              py-spy 0.4.3 (3 MB, for bench.loader_threads on the node's cores); and
+#              `commit`, this clone's commit, which gpu_session.sh records where the node's
+#              copy of the tree has no .git
 #   horovod/   launch/horovod_files.sh's files (34 MB, 28 of them cmake's)
 #   benchmark.py, train.py   timm's, copied from --timm CLONE (a clone of
 #              huggingface/pytorch-image-models at the tag of the installed timm), for
@@ -36,8 +39,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$dir/wheels"
 python3 -m pip --disable-pip-version-check download --quiet --no-deps --only-binary :all: \
   --python-version "$version" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-  -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.4.44 \
+  -d "$dir/wheels" torchcodec==0.17.0 nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.3.2.43 \
   py-spy==0.4.3
+rm -f "$dir"/wheels/nvidia_nvjpeg-13.0.*.whl  # an older kit's: pip would take both
+commit="$(git -C "$here/.." rev-parse --short HEAD)"
+git -C "$here/.." diff --quiet HEAD || commit+=" (plus uncommitted changes)"
+echo "$commit" > "$dir/wheels/commit"
 bash "$here/../launch/horovod_files.sh" "$dir/horovod" "$version" >/dev/null
 if [ -n "$timm" ]; then
   cp "$timm/benchmark.py" "$timm/train.py" "$dir/"

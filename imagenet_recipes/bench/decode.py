@@ -16,6 +16,12 @@ Rows, each where it can run (`--only` picks some):
                       with libjpeg-turbo in the training process
   dali-gpu            --data-backend dali-gpu (DALI's mixed decoder, ROI); a GPU only
   dali-cpu            --data-backend dali-cpu
+  gpu nvimgcodec-whole
+                      --gpu-decoder nvimgcodec-whole (whole images, cropped on the device): only
+                      when named by --only, for an nvImageCodec whose regions fail
+The gpu rows count the images their decoder refused (decoded by torchvision on the CPU instead):
+`cpu_decoded` and its share of every image the row decoded, warm-up batches included. A row with
+more than 1 % of them decoded on the CPU is not GPU decoding, and says so.
 
 Each row builds the backend's training loader as the entry scripts do, takes the batches that
 its workers may hold ready before the clock starts (prefetch) plus two, then times --batches
@@ -43,9 +49,13 @@ from typing import List, Optional, Sequence
 from imagenet_recipes.bench.common import installed
 from imagenet_recipes.bench.jobs import busy_cpu_seconds
 
-ROWS = ("pytorch", "gpu torchcodec", "gpu nvimgcodec", "dali-gpu", "dali-cpu")
+DEFAULT_ROWS = ("pytorch", "gpu torchcodec", "gpu nvimgcodec", "dali-gpu", "dali-cpu")
+ROWS = (*DEFAULT_ROWS, "gpu nvimgcodec-whole")
 DECODER_MODULE = {"gpu torchcodec": "torchcodec", "gpu nvimgcodec": "nvidia.nvimgcodec",
-                  "dali-gpu": "nvidia.dali", "dali-cpu": "nvidia.dali"}
+                  "gpu nvimgcodec-whole": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali",
+                  "dali-cpu": "nvidia.dali"}
+# More than this share of a gpu row's images decoded on the CPU: the row is not GPU decoding
+CPU_DECODED_LIMIT = 0.01
 
 
 def worker_counts(cores: int) -> List[int]:
@@ -106,7 +116,7 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
 
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     # prefetch: what a pytorch-style loader holds ready before the clock starts
-    ready = workers * 2 if row in ("pytorch", "gpu torchcodec", "gpu nvimgcodec") else 2
+    ready = workers * 2 if row == "pytorch" or row.startswith("gpu ") else 2
     warm = ready + 2
     cfg = parse_args(["-a", "resnet50", "-b", str(args.batch_size), "-j", str(workers),
                       "--image-size", str(args.image_size), "--channels-last",
@@ -114,10 +124,10 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
                       str(args.data)], entry="nd")
     train, val, _ = build_loaders(cfg, Shard(), device)
     train.set_epoch(0)
-    batches, images = iter(train), 0
+    batches, images, warm_images = iter(train), 0, 0
     try:
         for _ in range(warm):
-            next(batches)
+            warm_images += next(batches)[0].shape[0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         watch = JpegEngineWatch(delay_s=0.5) if device.type == "cuda" else None
@@ -129,6 +139,8 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
         busy_after = busy_cpu_seconds()
+        # the pass's images the batched decoder refused (the gpu backend counts them)
+        on_cpu = sum(train.fallbacks.values()) if hasattr(train, "fallbacks") else None
     finally:
         getattr(batches, "close", lambda: None)()  # stops a thread preparing batches ahead
         train.close()
@@ -138,13 +150,25 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
     name = f"pytorch -j {workers}" if row == "pytorch" else row
     return {"name": name, "backend": row, "workers": workers, "img_s": images / seconds,
             "images": images, "seconds": seconds, "cores_busy": cores,
-            "jpeg_engines": watch.result() if watch else None, "status": "ok"}
+            "jpeg_engines": watch.result() if watch else None, "status": "ok",
+            "cpu_decoded": on_cpu,
+            "cpu_decoded_share": None if on_cpu is None else on_cpu / (images + warm_images)}
+
+
+def cpu_decoded_text(result: dict) -> str:
+    """'' for a row that decoded (nearly) everything where it says; else what it decoded on the
+    CPU, and that it is no GPU decoding."""
+    share = result.get("cpu_decoded_share")
+    if share is None or share <= CPU_DECODED_LIMIT:
+        return ""
+    return (f"{100 * share:.1f} % of its images decoded on the CPU by torchvision "
+            f"({result['cpu_decoded']}): not GPU decoding")
 
 
 def rows_to_run(args: argparse.Namespace) -> List[tuple]:
     """(row, workers) in the order they run."""
     cores = os.cpu_count() or 1
-    chosen = args.only.split(",") if args.only else list(ROWS)
+    chosen = args.only.split(",") if args.only else list(DEFAULT_ROWS)
     unknown = set(chosen) - set(ROWS)
     if unknown:
         raise SystemExit(f"bench.decode: unknown rows {sorted(unknown)}; rows: {', '.join(ROWS)}")
@@ -175,10 +199,11 @@ def measure(args: argparse.Namespace, report=print) -> List[dict]:
                       "detail": f"{type(err).__name__}: {err}"[:400]}
             report(f"  {row:<18} FAILED: {result['detail']}")
         else:
-            cores = result["cores_busy"]
+            cores, on_cpu = result["cores_busy"], cpu_decoded_text(result)
             report(f"  {result['name']:<18} {result['img_s']:>9,.0f} img/s  "
                    f"{'' if cores is None else f'{cores:.1f} cores busy'}"
-                   f"{'  ' + result['jpeg_engines'] if result['jpeg_engines'] else ''}")
+                   f"{'  ' + result['jpeg_engines'] if result['jpeg_engines'] else ''}"
+                   f"{'  ' + on_cpu if on_cpu else ''}")
         results.append(result)
     return results
 

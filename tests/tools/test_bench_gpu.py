@@ -19,7 +19,7 @@ import torch
 from conftest import REPO, proc_stat, run_tool
 
 from imagenet_recipes.bench import gpu
-from imagenet_recipes.bench.gpu import cli, peers, report, scripts, units
+from imagenet_recipes.bench.gpu import cli, loaders, peers, report, scripts, units
 
 TINY = ["--device", "cpu", "-a", "timm/test_resnet", "--image-size", "32", "-b", "4",
         "--steps", "2", "--warmup", "1", "--repeats", "2", "--amp-dtype", "bfloat16", "-j", "1"]
@@ -423,6 +423,78 @@ def test_on_a_cpu_the_decode_group_measures_each_backends_pipeline_alone(tmp_pat
         assert row["detail"]["cores_busy"] >= 0
     assert rows["decode-pytorch"]["detail"]["by_workers"] == {
         "1": pytest.approx(rows["decode-pytorch"]["img_s"], abs=0.1)}
+
+
+PLANTS = REPO / "tests/plants/nvimgcodec"
+
+
+def planted(fault: str) -> dict:
+    """The environment of a run whose nvImageCodec decoder has `fault` (tests/plants)."""
+    return {"PYTHONPATH": str(PLANTS), "RECIPES_PLANT_NVIMGCODEC": fault}
+
+
+@pytest.mark.slow
+def test_rows_decoded_on_the_cpu_are_not_shown_as_gpu_decoding(tmp_path):
+    """nvImageCodec refusing every third image (a refusing stand-in, tests/plants): its decode
+    row counts the images torchvision decoded on the CPU instead (a quarter of batches of 4),
+    and with more than 1 % of them it is judged on that alone (share decoded on the GPU >=
+    0.99: missed), never on a GPU-decoding target; the run's targets leave it out of the best
+    GPU-decoding backend. TorchCodec's row, unplanted, decoded everything on its device."""
+    from imagenet_recipes.bench.gpu import targets
+
+    record_path = tmp_path / "gpu_decode.json"
+    proc = run_tool("gpu", *TINY, "--group", "decode", "--decode-workers", "default", "--json",
+                    record_path, "--out", tmp_path / "out", "--data", tmp_path / "jpegs",
+                    env=planted("refuse-some"), timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
+    refusing, whole = rows["decode-gpu-nvimgcodec"], rows["decode-gpu-torchcodec"]
+    assert refusing["status"] == "ok", refusing
+    assert refusing["detail"]["cpu_decoded_share"] == pytest.approx(0.25)
+    assert [(t["name"], t["met"]) for t in refusing["targets"]] == [("gpu_decoded", False)]
+    assert whole["detail"]["cpu_decoded"] == 0
+    assert [t["name"] for t in whole["targets"]] == ["decode_capacity"]
+    assert "25.0 % of its images decoded on the CPU by torchvision" in proc.stdout
+
+    # the same judgement on a loader row (from its log), and by the run's targets
+    gpu_row = dict(units.new_row("gpu-decode", "gpu-decode", "", 990.0, reference="nd-synthetic",
+                                 cpu_decoded=0, cpu_decoded_share=0.0))
+    nvimg_row = units.new_row("gpu-decode-nvimgcodec", "gpu-decode-nvimgcodec", "", 1000.0,
+                              reference="nd-synthetic", cpu_decoded=5, cpu_decoded_share=0.05)
+    rows = [units.new_row("nd-synthetic", "nd-synthetic", "", 1000.0), gpu_row, nvimg_row]
+    units.assess(rows, units.TARGETS)
+    assert [(t["name"], t["met"]) for t in nvimg_row["targets"]] == [("gpu_decoded", False)]
+    assert [(t["name"], t["met"]) for t in gpu_row["targets"]] == [("gpu_decode_synthetic", True)]
+    (tmp_path / "session").mkdir()
+    (tmp_path / "session/gpu_scripts.json").write_text(json.dumps(
+        {"environment": {"gpu": "NVIDIA H100 80GB HBM3"}, "rows": rows}))
+    best = targets.judge(tmp_path / "session")[1]
+    assert best["row"] == "gpu-decode" and best["value"] == pytest.approx(0.99) and best["met"]
+    assert "gpu-decode-nvimgcodec: decoded on the CPU" in best["note"]
+    log = {"train": [{"count": 8, "cpu_decoded": 1}, {"count": 8, "cpu_decoded": 3},
+                     {"count": 8, "cpu_decoded": 4}]}
+    assert loaders.decoded_on_cpu(log, warm=1) == (3, 16)
+
+
+@pytest.mark.slow
+def test_regions_refused_the_nvimgcodec_row_decodes_whole_images_saying_so(tmp_path):
+    """--nvimgcodec-whole (gpu_session.sh's answer to a probe that finds nvImageCodec's regions
+    broken and its whole images working), with every region refused: the nvImageCodec loader
+    row trains on whole images, none of them decoded on the CPU, and its config and note say
+    so with the cause."""
+    record_path = tmp_path / "scripts.json"
+    cause = "regions BROKEN: decoded nothing for 4 regions"
+    proc = run_tool("gpu", *TINY, "--only", "gpu-decode-nvimgcodec", "--nvimgcodec-whole", cause,
+                    "--json", record_path, "--out", tmp_path / "out", "--data",
+                    tmp_path / "jpegs", env=planted("refuse-regions"), timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}[
+        "gpu-decode-nvimgcodec"]
+    assert row["status"] == "ok" and row["img_s"] > 0, row
+    assert "--gpu-decoder nvimgcodec-whole" in row["config"]
+    assert row["note"] == f"whole images (--gpu-decoder nvimgcodec-whole), not regions: {cause}"
+    assert row["detail"]["decoder"] == "nvimgcodec-whole"
+    assert row["detail"]["cpu_decoded"] == 0
 
 
 def test_the_decode_tool_refuses_a_folder_without_train_and_unknown_rows(tmp_path):

@@ -21,6 +21,7 @@ from test_gpu_tier import GROUPS, assert_tier_record
 
 # What the GPU run's archive holds, at least: the session's log and probe, each step's record
 RECORDS = {"session.log", "probe.txt", "jpegs.log", "archive-left-out.txt", "gpu_decode.json",
+           "targets.json", "commit.txt",
            "gpu_scripts.json", "gpu_compile.json", "gpu_processes.json",
            "tier-decode/checks.jsonl", "tier-decode/output.log", "bench/smi/nd.console.txt"}
 
@@ -65,13 +66,13 @@ def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path, reques
     assert "model_best.pth" in (back / "archive-left-out.txt").read_text()
     log = (back / "session.log").read_text()
     assert re.findall(r"^gpu_session: (\S+): exit 0 after", log, re.M) == [
-        "decode", "scripts", "compile", "tier-decode", "smi"], log
+        "decode", "scripts", "tier-decode", "compile", "smi"], log
     # the JPEG set outside the records, where the next call finds it
     assert (tmp / "imagenet_recipes-jpegs/cpu/train").is_dir()
     made = (tmp / "imagenet_recipes-jpegs/cpu/.synthetic.json").stat().st_mtime_ns
     assert f"JPEG set in {tmp}/imagenet_recipes-jpegs/cpu" in log
     probe = (back / "probe.txt").read_text()
-    for decoder in ("torchcodec", "nvimgcodec"):
+    for decoder in ("torchcodec", "nvimgcodec", "nvimgcodec-whole"):
         assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*the CPU", probe, re.M), probe
     # each record: the decode-only rows first, nd-synthetic measured there and reused after
     decode = rows_of(back / "gpu_decode.json")

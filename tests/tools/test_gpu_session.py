@@ -19,20 +19,24 @@ import pytest
 
 from conftest import REPO
 
-# Records its arguments (and the tier's --first-of-each and group limit); sleeps where
-# FAKE_SLOW names the group. Asked where it imports imagenet_recipes from (outside the clone,
-# launch/install_clone.sh), it names the clone: installed. As gpu_check.sh --probe's Python
-# (the script on stdin, then the device and 1), it prints FAKE_DECODERS: the decoders' lines.
+# Records its arguments (and the tier's --first-of-each, group limit and the decoders it is told
+# are broken); sleeps where FAKE_SLOW names the group. Asked where it imports imagenet_recipes
+# from (outside the clone, launch/install_clone.sh), it names the clone: installed. As
+# gpu_check.sh --probe's decoder check (decoder_check NAME), it prints NAME's verdict from
+# FAKE_DECODERS ("NAME VERDICT" lines; OK where it names none).
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$* | first=${GPU_TIER_FIRST_OF_EACH:-0} limit=${GPU_CHECK_GROUP_LIMIT:-unset}" \
+     "broken=$(printf '%s' "${GPU_TIER_BROKEN_DECODERS:-}" | cut -d= -f1 | paste -sd,)" \
     >> "$FAKE_LOG"
 case "$*" in "-P -c import pathlib, imagenet_recipes"*) echo "$FAKE_CLONE" ;; esac
-case "$*" in "- "*" 1") printf '%s' "$FAKE_DECODERS" ;; esac
+case "$*" in "-m imagenet_recipes.data.decoder_check "*)
+  verdict="$(printf '%s\\n' "$FAKE_DECODERS" | sed -n "s/^$3 //p")"
+  echo "${verdict:-OK: $3: decodes on cuda:0}"
+  case "${verdict:-OK}" in OK*) exit 0 ;; MISSING*) exit 3 ;; *) exit 1 ;; esac ;; esac
 case "$*" in *"--group ${FAKE_SLOW:-none} "*) exec sleep 60 ;; esac
 exit 0
 """
-DECODERS_OK = ("gpu_check: decoder torchcodec OK: torchcodec: decodes on cuda:0\n"
-               "gpu_check: decoder nvimgcodec OK: nvimgcodec: decodes on cuda:0\n")
+DECODERS_OK = ""
 
 
 def session_env(tmp_path: Path, slow: str = "none", decoders: str = DECODERS_OK) -> dict:
@@ -61,7 +65,8 @@ def session(tmp_path: Path, *args: str, slow: str = "none", decoders: str = DECO
 
 
 def bench_calls(calls) -> list:
-    return [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c]
+    return [c.split(" | ")[0] for c in calls if "imagenet_recipes.bench.gpu" in c
+            and "bench.gpu.targets" not in c]
 
 
 
@@ -93,14 +98,26 @@ def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path
         f"--data {jpegs} --json {out}/gpu_compile.json",
         f"-m imagenet_recipes.bench.gpu.processes -j 8 --data {jpegs} --out {out}/bench/smi "
         f"--json {out}/gpu_processes.json"]
-    # the tier's decode group, every parameter set, between compile and smi
+    # the tier's decode group, every parameter set, between scripts and compile (its checks
+    # failed on the last GPU run: before the longest step)
     tier, = [i for i, c in enumerate(calls) if "-m pytest" in c]
     assert "tests/gpu/test_gpu_decode.py" in calls[tier] and " first=0 " in calls[tier]
+    assert calls[tier].endswith(" broken=")
+    scripts, = [i for i, c in enumerate(calls) if "--only pytorch-loader" in c]
     compile_, = [i for i, c in enumerate(calls) if "--only gpu-decode-nvimgcodec-compile" in c]
-    smi, = [i for i, c in enumerate(calls) if "bench.gpu.processes" in c]
-    assert compile_ < tier < smi
+    assert scripts < tier < compile_
+    # each decoder probed in a process of its own, at bench.gpu's batch, before any step
+    probes = [c.split(" | ")[0] for c in calls if "decoder_check" in c]
+    assert probes == [f"-m imagenet_recipes.data.decoder_check {name} --device cuda "
+                      "--batch-size 256" for name in ("torchcodec", "nvimgcodec",
+                                                      "nvimgcodec-whole")]
+    assert max(i for i, c in enumerate(calls) if "decoder_check" in c) < min(
+        i for i, c in enumerate(calls) if "--group decode" in c)
+    # the targets judged from the records, at the end
+    assert calls[-1].startswith(f"-m imagenet_recipes.bench.gpu.targets {out} |")
     log = (out / "session.log").read_text()
-    assert "steps decode scripts compile tier-decode smi" in log
+    assert "steps decode scripts tier-decode compile smi" in log
+    assert re.search(r"^gpu_session: commit [0-9a-f]{7,}$", log, re.M), log
     assert log.rstrip().rsplit("\n", 1)[1].startswith("gpu_session: done in ")
 
     with tarfile.open(archive) as tar:
@@ -115,9 +132,9 @@ def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path
 
 
 def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
-    broken = ("gpu_check: decoder torchcodec OK: torchcodec: decodes on cuda:0\n"
-              "gpu_check: decoder nvimgcodec BROKEN: nvImageCodec cannot decode on cuda:0 "
-              "(CUDA error 35): pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'\n")
+    cause = ("nvImageCodec cannot decode on cuda:0 (CUDA error 35): pip install "
+             "'nvidia-nvimgcodec-cu13[nvjpeg]'")
+    broken = f"nvimgcodec BROKEN: {cause}\nnvimgcodec-whole BROKEN: {cause}\n"
     archive = tmp_path / "gpu-run.tar.gz"
     wheels = tmp_path / "wheels"
     wheels.mkdir()
@@ -126,11 +143,13 @@ def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
     proc, calls = session(tmp_path, "--archive", str(archive), "--wheels", str(wheels),
                           decoders=broken, out=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # the wheels installed first, from the files alone, before the probe
+    # the wheels installed first, from the files alone, before the probe (the JPEG set is
+    # being made beside them from the start)
+    calls = [c for c in calls if "--prepare-data" not in c]
     assert calls[0].split(" | ")[0] == (
         "-m pip install --quiet --disable-pip-version-check --no-index --no-deps "
         f"{wheels}/torchcodec-0.17.0-cp312-cp312-manylinux_2_28_x86_64.whl")
-    assert calls[1].startswith("- cuda 1")
+    assert calls[1].startswith("- cuda |")
     skip = ("--skip-decoder nvimgcodec=nvImageCodec cannot decode on cuda:0 (CUDA error 35): "
             "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'")
     bench = bench_calls(calls)
@@ -138,7 +157,9 @@ def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
                                                or "--only pytorch-loader" in c]
     assert len([c for c in bench if skip in c]) == 2
     assert not [c for c in bench if "nvimgcodec-compile" in c]
-    assert [c for c in calls if "test_gpu_decode.py" in c]  # TorchCodec's checks still run
+    # TorchCodec's checks still run; nvImageCodec's skip, told why
+    tier, = [c for c in calls if "test_gpu_decode.py" in c]
+    assert tier.endswith(" broken=nvimgcodec")
     with tarfile.open(archive) as tar:
         log = tar.extractfile("./session.log").read().decode()
     assert ("compile: skipped (nvimgcodec BROKEN: nvImageCodec cannot decode on cuda:0 (CUDA "
@@ -146,8 +167,9 @@ def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
     assert "tier-decode: exit 0" in log and "smi: exit 0" in log
 
     # neither decoder: the compile step and the tier's decode checks skipped, the rest runs
-    missing = ("gpu_check: decoder torchcodec MISSING: torchcodec is not installed\n"
-               "gpu_check: decoder nvimgcodec MISSING: nvidia.nvimgcodec is not installed\n")
+    missing = ("torchcodec MISSING: torchcodec is not installed\n"
+               "nvimgcodec MISSING: nvidia.nvimgcodec is not installed\n"
+               "nvimgcodec-whole MISSING: nvidia.nvimgcodec is not installed\n")
     proc, _ = session(tmp_path, "--archive", str(archive), decoders=missing)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = (tmp_path / "out/session.log").read_text()
@@ -209,17 +231,18 @@ def test_the_other_steps_run_as_named_with_the_peers_scripts_found(tmp_path):
                           "--data", str(tmp_path / "jpegs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out, jpegs = tmp_path / "out", tmp_path / "jpegs"
-    # the machine check first (its Python reads the probe from stdin) and where the package
-    # imports from (launch/install_clone.sh), then the same in the tier, then the tier's groups
-    # (side by side, so in any order), one parameter set of each check
-    checks = [c[:6] for c in calls if "bench.gpu" not in c][:4]
-    assert checks == ["- cuda", "-P -c ", "- cuda", "-P -c "], calls
+    # the machine check first (its Python reads the script from stdin), where the package
+    # imports from (launch/install_clone.sh) and the three decoder checks, then the same look
+    # in the tier, then the tier's groups (side by side, so in any order), one parameter set of
+    # each check
+    checks = [c[:6] for c in calls if "bench.gpu" not in c][:7]
+    assert checks == ["- cuda", "-P -c ", *["-m ima"] * 3, "- cuda", "-P -c "], calls
     tier = [c for c in calls if "-m pytest" in c]
     assert sorted(c.split("tests/gpu/test_gpu_")[1].split(".py")[0] for c in tier) == sorted([
         "entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "decode", "nccl"])
     assert all(" first=1 " in c for c in tier)
     # each group stops itself within what is left of the budget
-    assert all(0 < int(c.rsplit("limit=", 1)[1]) <= 420 for c in tier)
+    assert all(0 < int(re.search(r" limit=(\d+)", c)[1]) <= 420 for c in tier)
     bench = bench_calls(calls)
     # the JPEG set first, in the background beside the tier
     assert bench[0] == f"{GPU} --prepare-data --data {jpegs}"
@@ -239,7 +262,8 @@ def test_the_other_steps_run_as_named_with_the_peers_scripts_found(tmp_path):
     proc, again = session(tmp_path, "--steps", steps, "--peers", str(peers),
                           "--data", str(tmp_path / "jpegs"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert not [c for c in again[len(calls):] if "-m pytest" in c or "bench.gpu" in c]
+    later = again[len(calls):]
+    assert not bench_calls(later) and not [c for c in later if "-m pytest" in c]
     assert proc.stdout.count("finished in an earlier call with this --out") == 4
 
 
@@ -262,6 +286,29 @@ def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
     assert not [c for c in calls if "--group loop" in c]
 
 
+def test_regions_that_fail_are_measured_on_whole_images_saying_so(tmp_path):
+    """nvImageCodec's regions BROKEN, its whole images OK (nvJPEG < 13.2, or region batches that
+    crash): its rows of decode, scripts and compile decode whole images (bench.gpu
+    --nvimgcodec-whole, with the cause), nothing of it is skipped, the log says so, and the
+    tier's decode checks of nvimgcodec are told it is broken."""
+    cause = "--gpu-decoder nvimgcodec decoded nothing on cuda:0 for 256 regions of a known JPEG"
+    proc, calls = session(tmp_path, decoders=f"nvimgcodec BROKEN: {cause}\n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    whole = f"--nvimgcodec-whole regions BROKEN: {cause}"
+    bench = bench_calls(calls)
+    assert [c for c in bench if whole in c] == [
+        c for c in bench if "--group decode" in c or "--only pytorch-loader" in c
+        or "--only gpu-decode-nvimgcodec-compile" in c]
+    assert len([c for c in bench if whole in c]) == 3
+    assert not [c for c in bench if "--skip-decoder" in c]
+    log = (tmp_path / "out/session.log").read_text()
+    assert (f"nvimgcodec: regions BROKEN: {cause}: its rows decode whole images instead "
+            "(--gpu-decoder nvimgcodec-whole)") in log
+    assert "compile: exit 0" in log
+    tier, = [c for c in calls if "test_gpu_decode.py" in c]
+    assert tier.endswith(" broken=nvimgcodec")
+
+
 def test_bad_arguments_exit_2_naming_them(tmp_path):
     out = str(tmp_path / "o")
     for args, message in ((["--out", out, "--steps", "tier,bogus"], "unknown step bogus"),
@@ -274,6 +321,15 @@ def test_bad_arguments_exit_2_naming_them(tmp_path):
         proc = subprocess.run(["bash", "tools/gpu_session.sh", *args], cwd=REPO,
                               capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    # with --archive, even a bad argument leaves the archive, saying why it stopped
+    archive = tmp_path / "early.tar.gz"
+    proc = subprocess.run(["bash", "tools/gpu_session.sh", "--archive", str(archive), "--steps",
+                           "bogus"], cwd=REPO, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2 and archive.is_file(), proc.stderr
+    with tarfile.open(archive) as tar:
+        log = tar.extractfile("./session.log").read().decode()
+    assert "stopped before any step: unknown step bogus" in log
 
 
 @pytest.mark.slow
@@ -286,7 +342,7 @@ def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
     proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for decoder in ("torchcodec", "nvimgcodec"):
+    for decoder in ("torchcodec", "nvimgcodec", "nvimgcodec-whole"):
         assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*CPU", proc.stdout, re.M), \
             proc.stdout
     # nvImageCodec present but its library missing, as on a machine without nvJPEG
@@ -302,6 +358,38 @@ def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
                           env={**env, "PYTHONPATH": str(tmp_path / "shadow")},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    line, = [x for x in proc.stdout.splitlines() if x.startswith("gpu_check: decoder nvimgcodec")]
-    assert " BROKEN: " in line and "libnvjpeg.so.13" in line, line
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("gpu_check: decoder nvimgcodec")]
+    assert len(lines) == 2, proc.stdout
+    for line in lines:
+        assert " BROKEN: " in line and "libnvjpeg.so.13" in line, line
     assert re.search(r"^gpu_check: decoder torchcodec +OK", proc.stdout, re.M)
+
+
+PLANTS = REPO / "tests/plants/nvimgcodec"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, regions, whole", [
+    ("crash", "crashed: killed by SIGSEGV (exit 139) decoding a batch of 4",
+     "crashed: killed by SIGSEGV (exit 139)"),
+    ("hang", "hung: no answer within 30 s decoding a batch of 4 (killed)",
+     "hung: no answer within 30 s"),
+    ("refuse-regions", "--gpu-decoder nvimgcodec decoded nothing on the CPU for 4 regions",
+     None)])
+def test_the_probe_names_a_decoder_that_crashes_hangs_or_refuses_regions(fault, regions, whole):
+    """nvImageCodec planted (tests/plants/nvimgcodec) to crash, to hang or to refuse regions:
+    each decoder is probed in a process of its own, so the fault costs nvImageCodec's own
+    verdicts, with their cause, and TorchCodec's is still OK; the probe exits 0. A region
+    refusal leaves whole images (nvimgcodec-whole) OK."""
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(PLANTS),
+           "RECIPES_PLANT_NVIMGCODEC": fault, "GPU_CHECK_PROBE_LIMIT": "30"}
+    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu", "--batch-size", "4"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = dict(re.findall(r"^gpu_check: decoder (\S+) +(.*)$", proc.stdout, re.M))
+    assert verdicts["torchcodec"].startswith("OK: torchcodec: decodes on the CPU"), verdicts
+    assert verdicts["nvimgcodec"].startswith(f"BROKEN: {regions}"), verdicts
+    if whole is None:
+        assert verdicts["nvimgcodec-whole"].startswith("OK: nvimgcodec-whole"), verdicts
+    else:
+        assert verdicts["nvimgcodec-whole"].startswith(f"BROKEN: {whole}"), verdicts

@@ -65,6 +65,11 @@ def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                    help="a GPU decoder (torchcodec, nvimgcodec) found not to work here (e.g. by "
                         "launch/gpu_check.sh --probe): the rows decoding with it are skipped, "
                         "CAUSE their note")
+    p.add_argument("--nvimgcodec-whole", metavar="CAUSE",
+                   help="nvImageCodec's region decoding fails here (CAUSE, e.g. from "
+                        "launch/gpu_check.sh --probe): the rows that decode with --gpu-decoder "
+                        "nvimgcodec decode whole images instead (--gpu-decoder nvimgcodec-whole), "
+                        "saying so in their config and note")
     p.add_argument("--reuse", action="append", default=[], type=Path, metavar="RECORD",
                    help="an earlier record of the same machine and sizes (--json): a unit this "
                         "run only brings along as a reference (not named by --group or --only) "

@@ -12,7 +12,7 @@ import argparse
 import math
 import os
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 from imagenet_recipes.bench.common import REPO, installed
 from imagenet_recipes.bench.gpu.scripts import Context, common_flags, intervals, run_entry
@@ -87,14 +87,41 @@ def decode_timed(args: argparse.Namespace) -> int:
 
 
 # What a loader row's flags need installed, and the GPU decoder they decode with
-LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
-LOADER_DECODER = {"gpu": "torchcodec", "nvimgcodec": "nvimgcodec"}
+LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec",
+                "nvimgcodec-whole": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
+LOADER_DECODER = {"gpu": "torchcodec", "nvimgcodec": "nvimgcodec",
+                  "nvimgcodec-whole": "nvimgcodec-whole"}
+
+
+def whole_images_instead(args: argparse.Namespace, flags: List[str]) -> Tuple[List[str], str]:
+    """A row's flags with --gpu-decoder nvimgcodec turned into nvimgcodec-whole where
+    --nvimgcodec-whole says nvImageCodec's regions fail here (the hardware decoder is still
+    measured, on whole images). -> (the flags, the note saying so, or "")."""
+    cause = getattr(args, "nvimgcodec_whole", None)
+    if not cause or "--gpu-decoder" not in flags:
+        return flags, ""
+    at = flags.index("--gpu-decoder") + 1
+    if flags[at] != "nvimgcodec":
+        return flags, ""
+    return ([*flags[:at], "nvimgcodec-whole", *flags[at + 1:]],
+            f"whole images (--gpu-decoder nvimgcodec-whole), not regions: {cause}")
+
+
+def decoded_on_cpu(log: dict, warm: int) -> Tuple[int, int]:
+    """(images torchvision decoded on the CPU, images trained) over a loader row's window: the
+    log's running count of the pass (`cpu_decoded`, the gpu backend's records) at the window's
+    end less at its start; (0, images) for a backend that does not count."""
+    train = log.get("train", [])
+    before = train[warm - 1].get("cpu_decoded", 0) if 0 < warm <= len(train) else 0
+    after = train[-1].get("cpu_decoded", 0) if train else 0
+    return after - before, sum(r["count"] for r in train[warm:])
 
 
 def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[dict]:
     """nd.py on generated JPEGs: images over seconds across LOADER_WINDOW log intervals of
     (workers x prefetch_factor) batches each, after the warm-up interval(s)."""
     args = ctx.args
+    backend_flags, whole_note = whole_images_instead(args, backend_flags)
     backend = backend_flags[1]
     if backend.startswith("dali") and args.device != "cuda":
         raise Skip("dali-gpu decodes on a GPU: not with --device cpu")
@@ -120,12 +147,18 @@ def measure_loader(ctx: Context, unit: Unit, backend_flags: List[str]) -> List[d
                       f"{loader_window(args) * per}")
     img_s = sum(i["images"] for i in window) / sum(i["seconds"] for i in window)
     label = ("thread" if backend.startswith("dali") else "worker") + "s" * (workers > 1)
-    return [new_row(unit.rows[0], unit.name,
-                    f"train/nd.py {' '.join(backend_flags)}, generated JPEGs, {workers} loader "
-                    f"{label}: {workload(args, 'O1', args.amp_dtype)}", img_s,
-                    [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
-                    peak_bytes=peak, workers=workers, prefetch_factor=prefetch,
-                    warmup_batches=warm * per, window_batches=counted, data=str(data))]
+    on_cpu, images = decoded_on_cpu(log, warm)
+    row = new_row(unit.rows[0], unit.name,
+                  f"train/nd.py {' '.join(backend_flags)}, generated JPEGs, {workers} loader "
+                  f"{label}: {workload(args, 'O1', args.amp_dtype)}", img_s,
+                  [i["img_s"] for i in window], reference=reference_of(unit.rows[0]),
+                  peak_bytes=peak, workers=workers, prefetch_factor=prefetch,
+                  warmup_batches=warm * per, window_batches=counted, data=str(data),
+                  **({"decoder": LOADER_DECODER[decoder], "cpu_decoded": on_cpu,
+                      "cpu_decoded_share": on_cpu / max(images, 1)}
+                     if decoder in LOADER_DECODER else {}))
+    row["note"] = whole_note
+    return [row]
 
 
 # --- decode capacity: bench.decode, in this process ---------------------------------------------
@@ -140,27 +173,39 @@ def measure_decode(ctx: Context, unit: Unit) -> List[dict]:
         workers = str(loader_workers(args))
     skipped = {f"gpu {name}": cause for name, cause in
                getattr(args, "skipped_decoders", {}).items()}
+    # bench.decode's row measured for each row of this unit: nvImageCodec's whole images in
+    # its place where --nvimgcodec-whole says its regions fail here
+    measured_as = dict(zip(DECODE_ROWS, DECODE_ROWS))
+    whole_note = whole_images_instead(args, ["--gpu-decoder", "nvimgcodec"])[1]
+    if whole_note:
+        measured_as["gpu nvimgcodec"] = "gpu nvimgcodec-whole"
     dargs = argparse.Namespace(data=jpeg_set(args), device=args.device,
                                batch_size=args.batch_size, image_size=args.image_size,
                                batches=decode_timed(args),
-                               only=",".join(r for r in decode.ROWS if r not in skipped),
+                               only=",".join(measured_as[r] for r in DECODE_ROWS
+                                             if r not in skipped),
                                workers=workers or (str(args.workers) if args.workers else None))
     measured = decode.measure(dargs) + [
         {"name": row, "backend": row, "status": "skipped", "detail": f"{row[4:]}: {cause}"}
         for row, cause in skipped.items()]
     rows = []
     for backend, name in DECODE_ROWS.items():
-        found = [r for r in measured if r["backend"] == backend]
+        found = [r for r in measured if r["backend"] in (backend, measured_as[backend])]
         ok = [r for r in found if r["status"] == "ok"]
-        config = f"bench.decode {backend}: {args.batch_size} x {args.image_size} px"
+        config = f"bench.decode {measured_as[backend]}: {args.batch_size} x {args.image_size} px"
         if not ok:
             status = found[0]["status"] if found else "skipped"
             rows.append(dict(new_row(name, unit.name, config), status=status,
                              note=found[0].get("detail", "") if found else ""))
             continue
         best = max(ok, key=lambda r: r["img_s"])
-        rows.append(new_row(name, unit.name, f"{config}, -j {best['workers']}", best["img_s"],
-                            reference=reference_of(name), workers=best["workers"],
-                            cores_busy=best["cores_busy"], jpeg_engines=best["jpeg_engines"],
-                            by_workers={r["workers"]: round(r["img_s"], 1) for r in ok}))
+        on_cpu = ({"cpu_decoded": best["cpu_decoded"],
+                   "cpu_decoded_share": best["cpu_decoded_share"]}
+                  if best.get("cpu_decoded") is not None else {})
+        row = new_row(name, unit.name, f"{config}, -j {best['workers']}", best["img_s"],
+                      reference=reference_of(name), workers=best["workers"],
+                      cores_busy=best["cores_busy"], jpeg_engines=best["jpeg_engines"],
+                      by_workers={r["workers"]: round(r["img_s"], 1) for r in ok}, **on_cpu)
+        row["note"] = whole_note if measured_as[backend] != backend else ""
+        rows.append(row)
     return rows

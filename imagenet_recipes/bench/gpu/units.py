@@ -15,14 +15,15 @@ from imagenet_recipes.bench import step_variants
 # The targets, by name (--target NAME=VALUE replaces one: the tests make one impossible).
 TARGETS = {"img_s": 3000.0, "engine_bare": 0.97, "o2_o1": 1.0, "dali_synthetic": 0.85,
            "gpu_decode_synthetic": 0.98, "vs_timm": 1.10, "vs_torchvision": 1.10,
-           "decode_capacity": 1.5, "compiled_img_s": 6000.0}
+           "decode_capacity": 1.5, "compiled_img_s": 6000.0, "gpu_decoded": 0.99}
 TARGET_TEXT = {"img_s": "img/s >= {:,.0f}", "engine_bare": "engine/bare >= {:g}",
                "o2_o1": "O2/O1 >= {:g}", "dali_synthetic": "DALI/synthetic >= {:g}",
                "gpu_decode_synthetic": "gpu backend/synthetic >= {:g}",
                "vs_timm": "timm's time/ours end to end >= {:g}",
                "vs_torchvision": "torchvision reference's time/ours end to end >= {:g}",
                "decode_capacity": "decode-only img/s / training img/s (synthetic) >= {:g}",
-               "compiled_img_s": "img/s >= {:,.0f} (an H200's target)"}
+               "compiled_img_s": "img/s >= {:,.0f} (an H200's target)",
+               "gpu_decoded": "share of the images decoded on the GPU >= {:g}"}
 # The peers unit's rows: bench.e2e's contender -> row
 PEER_ROWS = {"nd fast": "peers-nd-fast", "nd gpu decode": "peers-nd-gpu-decode",
              "nd dali-gpu": "peers-nd-dali-gpu", "timm fast": "peers-timm",
@@ -35,7 +36,10 @@ DECODE_ROWS = {"pytorch": "decode-pytorch", "gpu torchcodec": "decode-gpu-torchc
                "gpu nvimgcodec": "decode-gpu-nvimgcodec", "dali-gpu": "decode-dali-gpu",
                "dali-cpu": "decode-dali-cpu"}
 # The GPU decoders (--gpu-decoder), named here so that parsing the command line imports no torch
-GPU_DECODERS = ("torchcodec", "nvimgcodec")
+GPU_DECODERS = ("torchcodec", "nvimgcodec", "nvimgcodec-whole")
+# A row of GPU decoding with more than this share of its images decoded on the CPU (the decoder
+# refused them) is not GPU decoding: its GPU targets are not judged, a target of its own fails
+CPU_DECODED_LIMIT = 0.01
 # The loader rows' --data-backend
 LOADER_FLAGS = {"pytorch-loader": ["--data-backend", "pytorch"],
                 "gpu-decode": ["--data-backend", "gpu"],
@@ -183,6 +187,9 @@ def target_specs(row: dict, ok: Dict[str, dict]) -> List[tuple]:
     """(target name, the value it judges) for a row: its targets, from its own numbers and
     the other rows of the same record. None: a reference is missing, not assessed."""
     name, specs = row["name"], []
+    share = row["detail"].get("cpu_decoded_share")
+    if share is not None and share > CPU_DECODED_LIMIT:  # not GPU decoding: judged on that
+        return [("gpu_decoded", 1 - share)]
     if name == "engine-O1-fp16":
         specs.append(("img_s", row["img_s"]))
     if name.startswith("engine-"):

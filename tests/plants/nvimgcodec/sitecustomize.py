@@ -10,6 +10,8 @@ RECIPES_PLANT_NVIMGCODEC:
   hang            the first decode never returns
   refuse-regions  every region comes back empty (None), as with nvJPEG older than 13.2 and
                   interpolated chroma; whole images decode as usual
+  refuse-some     every third image of a call comes back empty: files the decoder refuses,
+                  decoded on the CPU by the caller (a batch of two, the check at start, passes)
 Only the process that probes, trains or measures is planted: DataLoader worker processes (the
 `pytorch` backend's region reader) decode as usual. Python imports this file at start-up
 (`sitecustomize`) from PYTHONPATH, in every process that gets the variables; it touches
@@ -23,7 +25,7 @@ import sys
 import time
 
 MODE = os.environ.get("RECIPES_PLANT_NVIMGCODEC", "")
-MODES = ("crash", "hang", "refuse-regions")
+MODES = ("crash", "hang", "refuse-regions", "refuse-some")
 
 
 def _in_loader_worker() -> bool:
@@ -43,6 +45,8 @@ def _plant(module) -> None:
             images = super().decode(streams, *args, **kwargs)
             if not isinstance(streams, (list, tuple)):  # one stream, one image
                 return None if streams.view is not None else images
+            if MODE == "refuse-some":
+                return [None if i % 3 == 2 else image for i, image in enumerate(images)]
             # a region is a stream with a view (get_sub_code_stream)
             return [None if stream.view is not None else image
                     for stream, image in zip(streams, images)]
