@@ -118,15 +118,21 @@ def test_crop_draw_is_the_pytorch_backends_crop_and_flip(tiny_imagefolder, torch
 
 
 @pytest.mark.parametrize("strip_rows", [gpu_decode._STRIP_ROWS, 50])
-def test_one_roi_align_over_the_packed_batch_is_each_crop_resized_alone(strip_rows, monkeypatch):
+@pytest.mark.parametrize("layout", ["CHW", "HWC", "both"])
+def test_one_roi_align_over_the_packed_batch_is_each_crop_resized_alone(strip_rows, layout,
+                                                                        monkeypatch):
     """Packing the boxes into one canvas (several strips when it is tall) changes nothing: each
     output is roi_align of its own cut-out region (which clamps at the region's edges, as the
-    pytorch backend's crop-then-resize does); enlarged ones equal torch's bilinear resize."""
+    pytorch backend's crop-then-resize does); enlarged ones equal torch's bilinear resize.
+    Images in CHW memory (TorchCodec, torchvision) and HWC (nvImageCodec), alone or mixed in
+    one batch, are read where they lie."""
     monkeypatch.setattr(gpu_decode, "_STRIP_ROWS", strip_rows)
     g = torch.Generator().manual_seed(0)
     samples = []
     for i, (h, w) in enumerate([(40, 60), (72, 33), (17, 90), (64, 64), (30, 20)]):
         image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g)
+        if layout == "HWC" or (layout == "both" and i % 2):  # a CHW view of HWC memory
+            image = image.permute(1, 2, 0).contiguous().permute(2, 0, 1)
         top, left = i % 3, (2 * i) % 5
         ch, cw = h - top - i, w - left - 1
         samples.append(gpu_decode.Decoded(image, i, (top, left, ch, cw),
@@ -458,6 +464,63 @@ def test_region_decoding_in_the_workers_says_once_when_nvimgcodec_is_missing(
     assert not capsys.readouterr().out
 
 
+# --- the batch's trip to the device -------------------------------------------------------------
+class _Moves(torch.overrides.TorchFunctionMode):
+    """Counts the calls that can move host data to a device: Tensor.to or .cuda with a device,
+    torch.tensor / as_tensor / from_numpy given one. (Allocating on the device, torch.empty or
+    arange with device=, copies nothing from the host.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        to_device = any(isinstance(a, (torch.device, str)) for a in args[1:]) or \
+            kwargs.get("device") is not None
+        if (func in (torch.Tensor.to, torch.Tensor.cuda) and to_device) or (
+                func in (torch.tensor, torch.as_tensor) and kwargs.get("device") is not None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_the_producer_sends_each_batch_to_the_device_in_one_copy(tiny_imagefolder, gpu_decoder,
+                                                                 split, monkeypatch):
+    """Preparing a batch (decode, gather, roi_align, flips, targets) moves host data to the
+    device once: every small host tensor (gather indices, boxes, flips, targets; a few per group
+    of crops) goes in one packed copy (host_batch.py), not one blocking copy each. On the CPU
+    the packing and the copy run as a GPU's would (host_batch.packs forced), and every call
+    that could move host data is counted: one per batch. The batches are the same as without
+    the packing."""
+    from imagenet_recipes.data import host_batch
+
+    cfg = _cfg(tiny_imagefolder, "gpu", *gpu_decoder)
+    plain, _ = _batches(cfg, split)
+    monkeypatch.setattr(host_batch, "packs", lambda device: True)
+    sends = []
+    send = host_batch.HostBatch.send
+    monkeypatch.setattr(host_batch.HostBatch, "send",
+                        lambda self: sends.append(len(self.parts)) or send(self))
+    train, val, _ = build_loaders(cfg, Shard(), CPU)
+    loader = train if split == "train" else val
+    loader.ahead = 0  # prepared in this thread, where the counting mode is
+    loader.set_epoch(1)
+    counted, packed = [], []
+    with _Moves() as moves:
+        for x, y in loader:
+            counted.append(len(moves.calls))
+            packed.append((x.clone(), y.clone()))
+    train.close()
+    val.close()
+    assert len(packed) == len(plain) >= 2
+    assert counted == list(range(1, len(packed) + 1)), moves.calls  # one `to` per batch
+    assert set(moves.calls) == {"to"} and len(sends) == len(packed)
+    assert min(sends) >= 5  # rows, boxes, places of a group; flips; targets
+    for (x, y), (x_plain, y_plain) in zip(packed, plain):
+        assert torch.equal(y, y_plain) and torch.equal(x, x_plain)
+
+
 # --- memory bounded by what is decoded ------------------------------------------------------------
 def test_one_large_image_does_not_widen_the_canvas_of_the_whole_batch(monkeypatch):
     """63 crops of 150-450 px and one 5,000 x 3,000 px region (a large validation image) in one
@@ -469,11 +532,11 @@ def test_one_large_image_does_not_widen_the_canvas_of_the_whole_batch(monkeypatc
     canvases = []
     pack = gpu_decode.pack_regions
 
-    def measured(images, regions, device):
-        canvas, places = pack(images, regions, device)
-        padded = sum((h + 2) * (w + 1) for _, _, h, w in regions)
+    def measured(pixels, plan, rows):
+        canvas = pack(pixels, plan, rows)
+        padded = sum((h + 2) * (w + 1) for _, _, h, w in plan.regions)
         canvases.append((canvas.shape[0] * canvas.shape[2] * canvas.shape[3], padded))
-        return canvas, places
+        return canvas
 
     monkeypatch.setattr(gpu_decode, "pack_regions", measured)
     g = torch.Generator().manual_seed(1)

@@ -16,7 +16,9 @@ Who does what
             pixels: resample_groups), and resizes each canvas's boxes in one
             `torchvision.ops.roi_align`; then flip, normalisation and channels_last, as the
             other backends hand batches over (normalised float32 NCHW on the device, int64
-            targets). Validation: the same, with the box that "resize the shorter side to
+            targets). What the host computes for a batch (gather indices, boxes, flips,
+            targets) reaches the device in one non-blocking copy (host_batch.py); the pixels
+            are read where the decoder left them, CHW or HWC, with no copy per image. Validation: the same, with the box that "resize the shorter side to
             --val-resize-size, then centre crop" cuts out of the image (only the pixels it
             reads: val_region).
 
@@ -60,6 +62,7 @@ from ..config import TrainConfig, UsageError
 from ..machine import cores_per_process
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
+from .host_batch import HostBatch
 from .decoder_check import check_decoder
 from .jpeg_decoders import DecoderSettings, Refused, make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
@@ -239,53 +242,100 @@ def strip_layout(rows: Sequence[int]) -> Tuple[List[Tuple[int, int]], int, int]:
     return places, strip + 1, max(first + r for (_, first), r in zip(places, rows))
 
 
-def canvas_row_sources(sizes: Sequence[Tuple[int, int]], regions: Sequence[Tuple[int, ...]],
-                       places: Sequence[Tuple[int, int]], strips: int, height: int
-                       ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """For each canvas row (on the host: one number per row): the index, among the batch's
-    pixels, of the pixel its first column reads, and the sample it belongs to. A region's block
-    is its rows with the first and the last repeated; rows below a strip's last block read
-    sample 0's first pixel and are never sampled."""
+def flat_pixels(images: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, List[int],
+                                                          List[Tuple[int, int, int]]]:
+    """The batch's images as one flat uint8 tensor, each in its own memory order (TorchCodec's
+    and torchvision's CHW, nvImageCodec's HWC seen as CHW: one copy of the batch's pixels, no
+    copy per image to change its layout). -> (the pixels, where each image starts, its
+    (channel, row, column) strides)."""
+    flats, starts, strides, at = [], [], [], 0
+    for img in images:
+        if not (img.is_contiguous() or img.permute(1, 2, 0).is_contiguous()):
+            img = img.contiguous()  # a view with gaps (no decoder gives one)
+        flats.append(torch.as_strided(img, (img.numel(),), (1,), img.storage_offset()))
+        starts.append(at)
+        strides.append(tuple(img.stride()))
+        at += img.numel()
+    return torch.cat(flats), starts, strides
+
+
+class GroupPlan(NamedTuple):
+    """One roi_align call, as planned on the host: its samples, the canvas they are packed into,
+    and where its tensors are in the batch's HostBatch."""
+    members: List[int]  # sample indices in the batch
+    regions: List[Tuple[int, int, int, int]]
+    strips: int
+    height: int  # rows per strip
+    cols: int
+    rows: int   # HostBatch index: int64 (4, strips * height), per canvas row (canvas_rows)
+    boxes: int  # HostBatch index: float32 (len(members), 5), roi_align's boxes
+    where: int  # HostBatch index: int64 (len(members),), the members' places in the batch
+
+
+def canvas_rows(regions: Sequence[Tuple[int, ...]], starts: Sequence[int],
+                strides: Sequence[Tuple[int, int, int]], places: Sequence[Tuple[int, int]],
+                strips: int, height: int) -> torch.Tensor:
+    """For each canvas row (on the host: four numbers per row): where its first pixel's first
+    channel is among the batch's flat pixels, the step to the next column and to the next
+    channel (the image's own strides), and the last column it reads. A region's block is its
+    rows with the first and the last repeated; rows below a strip's last block read sample 0's
+    first pixel and are never sampled. -> int64 (4, strips * height)."""
     top, left, h, _ = torch.tensor(regions).unbind(1)
     counts = h + 2
     sample = torch.repeat_interleave(torch.arange(len(regions)), counts)
     stacked_start = torch.cumsum(counts, 0) - counts
     in_block = torch.arange(len(sample)) - stacked_start[sample]  # row within its block
     local = torch.minimum((in_block - 1).clamp_(min=0), h[sample] - 1)
-    image_height, image_width = torch.tensor(sizes).unbind(1)
-    image_start = torch.cumsum(image_height * image_width, 0) - image_height * image_width
-    source = image_start[sample] + (top[sample] + local) * image_width[sample] + left[sample]
+    step_c, step_y, step_x = torch.tensor(strides).unbind(1)
+    base = (torch.tensor(starts) + top * step_y + left * step_x)[sample] + local * step_y[sample]
     block_start = torch.tensor([strip * height + first for strip, first in places])
     at = block_start[sample] + in_block
-    sources = torch.zeros(strips * height, dtype=torch.int64)
-    row_sample = torch.zeros(strips * height, dtype=torch.int64)
-    sources[at], row_sample[at] = source, sample
-    return sources, row_sample
+    rows = torch.zeros((4, strips * height), dtype=torch.int64)
+    rows[1:3] = 1  # unused rows: any in-bounds steps
+    rows[0, at], rows[1, at], rows[2, at] = base, step_x[sample], step_c[sample]
+    rows[3, at] = torch.tensor([w - 1 for _, _, _, w in regions])[sample]
+    return rows
 
 
-def pack_regions(images: Sequence[torch.Tensor], regions: Sequence[Tuple[int, int, int, int]],
-                 device: torch.device) -> Tuple[torch.Tensor, List[Tuple[int, int]]]:
-    """Every image's region, one above the other, in float32 strips of a (G, 3, rows, cols)
-    canvas that one roi_align resamples. -> (canvas, (strip, first row) of each region).
+def plan_groups(samples: Sequence[Decoded], starts: Sequence[int],
+                strides: Sequence[Tuple[int, int, int]], stage: HostBatch) -> List[GroupPlan]:
+    """The batch's roi_align calls (resample_groups), their host tensors added to `stage`."""
+    plans = []
+    for group in resample_groups([s.region for s in samples]):
+        members = [samples[i] for i in group]
+        regions = [s.region for s in members]
+        places, strips, height = strip_layout([h + 2 for _, _, h, _ in regions])
+        rows = canvas_rows(regions, [starts[i] for i in group], [strides[i] for i in group],
+                           places, strips, height)
+        boxes = torch.tensor([[strip, x1, first + 1 + y1, x2, first + 1 + y2]
+                              for (strip, first), (x1, y1, x2, y2) in
+                              zip(places, (s.box for s in members))], dtype=torch.float32)
+        plans.append(GroupPlan(group, regions, strips, height,
+                               max(w for _, _, _, w in regions) + 1, stage.add(rows),
+                               stage.add(boxes), stage.add(torch.tensor(group))))
+    return plans
+
+
+def pack_regions(pixels: torch.Tensor, plan: GroupPlan, rows: torch.Tensor) -> torch.Tensor:
+    """A group's regions, one above the other, in float32 strips of a (strips, 3, rows, cols)
+    canvas that one roi_align resamples; `rows`: canvas_rows on the device.
 
     Each region starts at column 0 (where roi_align clamps by itself), gets one extra row above
     and below and its last column repeated to the canvas's width: bilinear sampling near a
     region's edge then reads the edge's own pixels, as resampling the cut-out region alone (the
-    `pytorch` backend's crop, then resize) does, never a neighbour's. One gather from the
-    batch's pixels builds it all."""
-    # HWC views (the decoders' native layout: a view, no copy), one pixel per row
-    pixels = torch.cat([img.permute(1, 2, 0).reshape(-1, 3) for img in images])
-    sizes = [tuple(img.shape[1:]) for img in images]
-    places, strips, height = strip_layout([h + 2 for _, _, h, _ in regions])
-    cols = max(w for _, _, _, w in regions) + 1
-    sources, row_sample = canvas_row_sources(sizes, regions, places, strips, height)
-    last_col = torch.tensor([w - 1 for _, _, _, w in regions])[row_sample]
-    sources, last_col = sources.to(device), last_col.to(device)
-    columns = torch.minimum(torch.arange(cols, device=device)[None, :], last_col[:, None])
-    picked = pixels[sources[:, None] + columns]  # (strips * height, cols, 3) uint8
-    canvas = torch.empty((strips, 3, height, cols), dtype=torch.float32, device=device)
-    canvas.copy_(picked.view(strips, height, cols, 3).permute(0, 3, 1, 2))
-    return canvas, [(strip, first + 1) for strip, first in places]
+    `pytorch` backend's crop, then resize) does, never a neighbour's. A gather per channel from
+    the batch's pixels builds it."""
+    base, step_x, step_c, last_col = rows
+    columns = torch.minimum(torch.arange(plan.cols, device=pixels.device)[None, :],
+                            last_col[:, None])
+    at = base[:, None] + columns * step_x[:, None]  # (strips * height, cols): channel 0
+    canvas = torch.empty((plan.strips, 3, plan.height, plan.cols), dtype=torch.float32,
+                         device=pixels.device)
+    for channel in range(3):
+        if channel:
+            at += step_c[:, None]
+        canvas[:, channel].copy_(pixels[at].view(plan.strips, plan.height, plan.cols))
+    return canvas
 
 
 # The most canvas pixels one roi_align call gets (float32, 3 channels: 12 bytes each, plus an
@@ -314,26 +364,33 @@ def resample_groups(regions: Sequence[Tuple[int, int, int, int]]) -> List[List[i
     return groups
 
 
-def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> torch.Tensor:
+def resample(samples: Sequence[Decoded], size: int, stage: HostBatch
+             ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
     """Each sample's box resampled to size x size and flipped where drawn: one roi_align per
     group of regions of similar widths (resample_groups; one for a batch of ImageNet's crops).
-    -> float32 (N, 3, size, size) in 0..255."""
+    Every host tensor this needs goes in `stage`, beside what the caller put there, and reaches
+    the device in its one copy. -> (float32 (N, 3, size, size) in 0..255, every tensor of
+    `stage` on the device)."""
+    device = stage.device
+    pixels, starts, strides = flat_pixels([s.image for s in samples])
+    plans = plan_groups(samples, starts, strides, stage)
+    flips = stage.add(torch.tensor([s.flip for s in samples]))
+    sent = stage.send()
     out = torch.empty((len(samples), 3, size, size), dtype=torch.float32, device=device)
-    for group in resample_groups([s.region for s in samples]):
-        members = [samples[i] for i in group]
-        canvas, places = pack_regions([s.image for s in members], [s.region for s in members],
-                                      device)
-        boxes = torch.tensor([[strip, x1, first + y1, x2, first + y2]
-                              for (strip, first), (x1, y1, x2, y2) in
-                              zip(places, (s.box for s in members))], dtype=torch.float32)
+    for plan in plans:
+        canvas = pack_regions(pixels, plan, sent[plan.rows])
         # aligned=True: pixel centres at +0.5, as torch's interpolate (align_corners=False)
         # has them; sampling_ratio=-1: ceil(box / size) samples per output pixel (docstring)
-        resampled = roi_align(canvas, boxes.to(device), output_size=(size, size),
+        resampled = roi_align(canvas, sent[plan.boxes], output_size=(size, size),
                               spatial_scale=1.0, sampling_ratio=-1, aligned=True)
         del canvas  # before the next group's
-        out[torch.tensor(group, device=device)] = resampled
-    flips = torch.tensor([s.flip for s in samples], device=device).view(-1, 1, 1, 1)
-    return torch.where(flips, out.flip(3), out)
+        out[sent[plan.where]] = resampled
+    return torch.where(sent[flips].view(-1, 1, 1, 1), out.flip(3), out), sent
+
+
+def crop_resize(samples: Sequence[Decoded], size: int, device: torch.device) -> torch.Tensor:
+    """resample() alone: -> float32 (N, 3, size, size) in 0..255 on `device`."""
+    return resample(samples, size, HostBatch(device))[0]
 
 
 class BatchDecoder:
@@ -393,36 +450,38 @@ class BatchDecoder:
         """A sample decoded as its region alone: all of it goes on the canvas."""
         height, width = region.shape[1:]
         _, box = self._used_pixels(sample)
-        return Decoded(region.to(self.device), sample.target, (0, 0, height, width), box,
-                       sample.flip)
+        return Decoded(region, sample.target, (0, 0, height, width), box, sample.flip)
 
     def _decode_on_cpu(self, data: torch.Tensor, index: int) -> Optional[torch.Tensor]:
-        """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes); None when it
-        cannot decode the file."""
+        """The `pytorch` backend's decoder (folders.read_image_uint8, on bytes), the image then
+        moved to the device (a copy of its own: these are counted); None when it cannot decode
+        the file."""
         try:
-            return decode_image(data, mode=ImageReadMode.RGB)
+            image = decode_image(data, mode=ImageReadMode.RGB)
         except Exception as err:  # corrupt, truncated or not an image
             warnings.warn(f"skipping unreadable image {self.dataset.samples[index][0]}: {err}")
             return None
+        return image.to(self.device)
 
     def _place(self, sample: EncodedSample, image: Optional[torch.Tensor]
                ) -> Tuple[Optional[Decoded], int]:
-        """Where to cut the decoded image; an unreadable one replaced (training) or dropped
-        (validation). -> (the sample or None, files found unreadable)."""
+        """Where to cut the decoded image (on the device); an unreadable one replaced
+        (training) or dropped (validation). -> (the sample or None, files found unreadable)."""
         target, unreadable = sample.target, 0
         if image is None:
             if not self.train:
                 return None, 1
             image, target, unreadable = self.dataset.decode_replacement(sample.index)
+            image = image.to(self.device)
         height, width = image.shape[1:]
         if not self.train:
             region, box = self._used_pixels(sample, height, width)
-            return Decoded(image.to(self.device), target, region, box, False), unreadable
+            return Decoded(image, target, region, box, False), unreadable
         region, flip = sample.box, sample.flip
         if unreadable or not sample.batched or (height, width) != (sample.height, sample.width):
             region, flip = self.draw(sample.seed, height, width)  # the worker did not know
         box = (0.0, 0.0, float(region[3]), float(region[2]))
-        return Decoded(image.to(self.device), target, region, box, flip), unreadable
+        return Decoded(image, target, region, box, flip), unreadable
 
 
 class GpuDecodeLoader(SampledLoader):
@@ -464,9 +523,11 @@ class GpuDecodeLoader(SampledLoader):
         self.skipped += unreadable
         if not samples:
             return None
-        images = crop_resize(samples, size, self.device)
-        targets = torch.tensor([s.target for s in samples], dtype=torch.int64)
-        return self.normalize(images), targets.to(self.device, non_blocking=True)
+        # every small host tensor of the batch in one copy (host_batch.py)
+        stage = HostBatch(self.device)
+        targets = stage.add(torch.tensor([s.target for s in samples], dtype=torch.int64))
+        images, sent = resample(samples, size, stage)
+        return self.normalize(images), sent[targets]
 
     def _end_pass(self) -> None:
         batches = self.batches()
