@@ -104,3 +104,31 @@ def test_validation_decodes_whole_images(tiny_imagefolder):
     cfg = parse_args(["-a", "resnet18", str(tiny_imagefolder)], entry="nd")
     _, val = image_folders(cfg)
     assert not val.decode_regions
+
+
+def test_a_region_reader_that_cannot_be_made_leaves_whole_images_with_one_warning(
+        tiny_imagefolder, monkeypatch):
+    """nvImageCodec imports but its reader cannot be made in this process (a loader worker with
+    CUDA hidden and libcuda present, say): every sample is still read, decoded whole, the same
+    pixels as with regions; one warning says why, and no file is counted unreadable. (Made
+    inside the per-file error handler, it made every file "unreadable" instead.)"""
+    cfg = parse_args(["-a", "resnet18", "--image-size", "48", str(tiny_imagefolder)], entry="nd")
+    expected, _ = image_folders(cfg)
+    keys = [(index, index, None) for index in range(0, len(expected), 4)]
+    wanted = [expected[key] for key in keys]
+
+    def cannot(self):
+        raise RuntimeError("nvImageCodec: CUDA driver initialisation failed")
+
+    monkeypatch.setattr(jpeg_decoders.CropRegionReader, "__init__", cannot)
+    train, _ = image_folders(cfg)
+    assert train.decode_regions
+    with pytest.warns(UserWarning) as warned:
+        got = [train[key] for key in keys]
+    said = [str(w.message) for w in warned if "region reader" in str(w.message)]
+    assert len(said) == 1 and "could not be made here" in said[0], said
+    assert "CUDA driver initialisation failed" in said[0] and "whole images" in said[0]
+    assert not train.decode_regions
+    for (image, target, skipped), (image_want, target_want, skipped_want) in zip(got, wanted):
+        assert skipped == skipped_want == 0 and target == target_want
+        assert torch.equal(image, image_want)

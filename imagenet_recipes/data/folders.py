@@ -69,6 +69,7 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
 
     def __getitem__(self, key):
         index, seed, crop = key
+        reader = self._region_reader()  # outside the per-file handler: not a file's fault
         for unreadable in range(len(self.samples)):
             path, target = self.samples[(index + unreadable) % len(self.samples)]
             try:
@@ -78,7 +79,7 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
                 transform = self.transform_for(crop)
                 with torch.random.fork_rng(devices=[]):
                     torch.random.default_generator.manual_seed(seed)
-                    image = self._region_transformed(path, transform)
+                    image = self._region_transformed(reader, path, transform)
                     if image is not None:
                         return image, target, unreadable
                     torch.random.default_generator.manual_seed(seed)  # the box drawn again
@@ -90,15 +91,31 @@ class ImageFolderUint8(torchvision.datasets.ImageFolder):
         raise RuntimeError(f"no readable image at all in {self.root}")
 
 
-    def _region_transformed(self, path: str, transform) -> Optional[torch.Tensor]:
-        """The sample with only its crop's region decoded, or None (decode it whole)."""
+    def _region_reader(self) -> Optional[CropRegionReader]:
+        """This process's region reader, made on first use (once per loader worker); None
+        where regions are not decoded, or where it cannot be made: then whole images, with one
+        warning (e.g. a worker where nvImageCodec imports but its library fails to start)."""
         if not self.decode_regions:
             return None
         if self.region_reader is None:
-            self.region_reader = CropRegionReader()
+            try:
+                self.region_reader = CropRegionReader()
+            except Exception as err:
+                self.decode_regions = False
+                warnings.warn(f"the region reader (nvImageCodec) could not be made here "
+                              f"({type(err).__name__}: {err}): this process decodes whole "
+                              "images (the same samples, more pixels decoded)")
+                return None
+        return self.region_reader
+
+    def _region_transformed(self, reader: Optional[CropRegionReader], path: str, transform
+                            ) -> Optional[torch.Tensor]:
+        """The sample with only its crop's region decoded, or None (decode it whole)."""
+        if reader is None:
+            return None
         crop, *rest = transform.transforms
         assert isinstance(crop, v2.RandomResizedCrop), "training transforms start with the crop"
-        cropped = self.region_reader(torchvision.io.read_file(path), crop)
+        cropped = reader(torchvision.io.read_file(path), crop)
         if cropped is None:
             return None
         for step in rest:  # the flip, the policy, erasing: in the order the Compose has them
