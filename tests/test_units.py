@@ -3,7 +3,9 @@ Precision has its own file, tests/test_precision.py."""
 from __future__ import annotations
 
 import os
+import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -427,42 +429,110 @@ def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2:]
 
 
-def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_finished_one():
+class _Turns:
+    """Stands for a PeerWatch's stop event: the watch's thread waits in it between its turns,
+    and runs one turn (one heartbeat and one look at its neighbour) when the test says so."""
+
+    def __init__(self):
+        self._set, self.ended = False, False
+        self.go = threading.Semaphore(0)
+        self.idle = threading.Semaphore(0)  # released when a turn is over or the thread ended
+
+    def wait(self, timeout=None) -> bool:
+        self.idle.release()
+        self.go.acquire()
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class _Lockstep:
+    """PeerWatches in one process that take turns in rank order, on a clock that moves one
+    `interval` a round: the outcome depends on what each thread saw in the store, never on
+    how the threads were scheduled (a stalled test process once made a watch blame a neighbour
+    that simply had not had its turn yet)."""
+
+    def __init__(self, monkeypatch, watches, interval: float):
+        from imagenet_recipes import peers
+
+        self.now, self.interval, self.watches = 0.0, interval, watches
+        monkeypatch.setattr(peers, "time", types.SimpleNamespace(monotonic=lambda: self.now))
+        self.turns = []
+        for watch in watches:
+            turns = watch._stop = _Turns()
+            self.turns.append(turns)
+            watch._thread = threading.Thread(target=self._watch, args=(watch, turns), daemon=True)
+            watch.start()
+            assert turns.idle.acquire(timeout=60)  # waiting for its first turn
+
+    @staticmethod
+    def _watch(watch, turns):
+        try:
+            watch._watch()
+        finally:
+            turns.ended = True
+            turns.idle.release()
+
+    def turn(self, rank: int) -> None:
+        """One turn of a watch whose thread is still running (at its end, it ends)."""
+        if not self.turns[rank].ended:
+            self.turns[rank].go.release()
+            assert self.turns[rank].idle.acquire(timeout=60), f"rank {rank}'s turn did not end"
+
+    def rounds(self, count: int) -> None:
+        for _ in range(count):
+            self.now += self.interval
+            for rank in range(len(self.watches)):
+                self.turn(rank)
+
+    def finish(self, rank: int) -> None:
+        """Rank `rank` ends normally: its thread stops at its next turn, then finish()."""
+        self.watches[rank]._stop.set()
+        self.turn(rank)
+        self.watches[rank].finish()
+
+
+def test_peer_watch_reports_a_silent_neighbour_once_to_every_rank_and_not_a_finished_one(
+        monkeypatch):
     """Three ranks over one in-memory store: rank 2 stops beating, rank 1 (its watcher) names
     it, and ranks 0 and 1 both end with that name; a rank that finishes is not reported."""
-    import threading
-
     from torch.distributed import HashStore
 
     from imagenet_recipes.peers import PeerWatch
 
-    store, reports, ended = HashStore(), {}, threading.Event()
+    store, reports = HashStore(), {}
 
     def recorder(rank):
         def on_gone(message):
             reports[rank] = message
-            if len(reports) == 2:
-                ended.set()
         return on_gone
 
     watches = [PeerWatch(store, rank, 3, interval=0.05, timeout=0.5, on_gone=recorder(rank))
                for rank in range(3)]
-    for watch in watches:
-        watch.start()
+    steps = _Lockstep(monkeypatch, watches, interval=0.05)
+    steps.rounds(5)  # everyone beats: nobody is reported
+    assert reports == {}
     watches[2]._stop.set()  # rank 2 dies: its thread stops without saying it finished
-    assert ended.wait(timeout=10), reports
+    steps.rounds(9)  # 0.45 s of silence: within the timeout
+    assert reports == {}
+    steps.rounds(4)  # past it: rank 1 notices, then rank 0 hears it
     assert sorted(reports) == [0, 1]
     assert "rank 1 of 3: rank 2 stopped answering (no heartbeat for 0.5 s)" in reports[1]
     assert "rank 0 of 3: rank 2 stopped answering (another rank noticed)" in reports[0]
+    assert all(turns.ended for turns in steps.turns)  # each reported once, and ended
 
     store, reports = HashStore(), {}
     watches = [PeerWatch(store, rank, 2, interval=0.05, timeout=0.3, on_gone=recorder(rank))
                for rank in range(2)]
-    for watch in watches:
-        watch.start()
-    watches[1].finish()  # rank 1 is done; rank 0 trains on for longer than the timeout
-    time.sleep(1.0)
-    watches[0].finish()
+    steps = _Lockstep(monkeypatch, watches, interval=0.05)
+    steps.rounds(2)
+    steps.finish(1)  # rank 1 is done; rank 0 trains on for longer than the timeout
+    steps.rounds(20)
+    steps.finish(0)
     assert reports == {}
 
 
