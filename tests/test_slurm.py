@@ -15,7 +15,8 @@ from typing import Optional
 import pytest
 import torch
 
-from conftest import REPO, TINY, read_jsonl, records, unused_port
+from conftest import REPO, TESTS, TINY, read_jsonl, records, unused_port
+from step_hold import held, hold_env, release
 
 # Every test here starts real processes; all of them share one local cluster (the module's
 # fixture), so under launch/test.sh's two workers they run on the same one.
@@ -101,13 +102,37 @@ def _submit(slurm, tmp_path, script: Path, args, wait: bool, sbatch_args=(),
     return proc, job_id, tmp_path / f"job-{job_id}.out"
 
 
-def _wait_for_training(slurm, job_id: str, log: Path, output: Path) -> None:
-    """Until the run has logged a training step (so its signal handlers are in place)."""
+def _held_env(hold_dir: Path) -> dict:
+    """A job whose trainer runs through tests/step_hold.py (torchrun takes the first word after
+    its options for the script, the rest for its arguments), each rank waiting after its step 2
+    until release(hold_dir); the requeued run finds it released."""
+    return {**hold_env(2, hold_dir), "TORCHRUN_ARGS": str(TESTS / "step_hold.py")}
+
+
+def _wait_until(slurm, job_id: str, output: Path, condition, what: str,
+                states=("PENDING", "RUNNING")) -> None:
+    """Poll `condition` while the job is in one of `states`."""
     deadline = time.monotonic() + JOB_TIMEOUT
-    while not (log.is_file() and '"kind": "train"' in log.read_text()):
-        assert time.monotonic() < deadline, f"training never started:\n{_text(output)}"
-        assert slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), _text(output)
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} after {JOB_TIMEOUT} s:\n{_text(output)}"
+        assert slurm.job(job_id)["JobState"] in states, _text(output)
         time.sleep(0.2)
+
+
+def _signal_at_step_2(slurm, job_id: str, output: Path, hold_dir: Path, signal_name: str,
+                      *scancel_args) -> None:
+    """Once both ranks of a _held_env job wait after step 2, `scancel SCANCEL_ARGS JOB`; once
+    both have said they got `signal_name`, let them go on: they stop at step 2, however fast
+    the steps or slow this test's polling."""
+    _wait_until(slurm, job_id, output, held(hold_dir, 2), "held after step 2")
+    slurm.run("scancel", *scancel_args, job_id)
+    # a cancelled job's processes go on until they end or KillWait has passed
+    _wait_until(slurm, job_id, output,
+                lambda: all(f"=> rank {r}: {signal_name} received" in _text(output)
+                            for r in (0, 1)),
+                f"{signal_name} received by both ranks",
+                states=("RUNNING", "CANCELLED", "COMPLETING"))
+    release(hold_dir)
 
 
 def test_single_node_batch_script_trains_with_two_processes(slurm, tiny_imagefolder, tmp_path):
@@ -144,13 +169,14 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm, tiny_imagefo
     `scancel --signal=USR1 --batch`) reaches the batch shell only; it passes it to torchrun,
     torchrun to both ranks, which checkpoint mid-epoch and exit; the script requeues the job,
     which starts again, resumes from that checkpoint and finishes, with no step done twice."""
-    epochs = 2  # x 8 steps: the signal comes well before the end
+    epochs = 2  # x 8 steps; the signal comes at step 2 (_signal_at_step_2)
     args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", epochs, "--opt-level", "O0",
             "--logdir", tmp_path / "runs"]
-    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False)
+    hold_dir = tmp_path / "hold"
+    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False,
+                                env=_held_env(hold_dir))
     log = tmp_path / "runs" / f"slurm-{job_id}" / "log.jsonl"
-    _wait_for_training(slurm, job_id, log, output)
-    slurm.run("scancel", "--signal=USR1", "--batch", job_id)
+    _signal_at_step_2(slurm, job_id, output, hold_dir, "SIGUSR1", "--signal=USR1", "--batch")
 
     info = slurm.wait_for_end(job_id, output)
     text = _text(output)
@@ -165,11 +191,10 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm, tiny_imagefo
     assert first[0]["resumed_from"] is None
     assert second[0]["resumed_from"] == str(run_dir / "checkpoint.pth")
     assert [r["reason"] for r in log if r["kind"] == "end"] == ["preempted by SIGUSR1", "finished"]
-    # stopped inside the run, continued at the next step: of the same epoch, or of the next one
-    # when the signal came with an epoch's last step
+    # stopped inside epoch 0, continued at the next step
     cut = [r for r in first if r["kind"] == "checkpoint"][-1]
     steps_per_epoch = first[0]["steps_per_epoch"]
-    assert cut["step"] < epochs * steps_per_epoch
+    assert cut["step"] == 2  # where the ranks were held when the signal came
     resumed = [r for r in second if r["kind"] == "train"][0]
     assert resumed["step"] == cut["step"] + 1
     assert resumed["epoch"] == cut["step"] // steps_per_epoch
@@ -219,10 +244,11 @@ def test_scancel_is_not_undone_by_a_requeue(slurm, tiny_imagefolder, tmp_path):
     the script must not requeue the job (only its own warning signal leads to a requeue)."""
     args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "2", "--opt-level", "O0",
             "--logdir", tmp_path / "runs"]
-    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False)
+    hold_dir = tmp_path / "hold"
+    _, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=False,
+                                env=_held_env(hold_dir))
     log = tmp_path / "runs" / f"slurm-{job_id}" / "log.jsonl"
-    _wait_for_training(slurm, job_id, log, output)
-    slurm.run("scancel", job_id)
+    _signal_at_step_2(slurm, job_id, output, hold_dir, "SIGTERM")
 
     info = slurm.wait_for_end(job_id, output)
     text = _text(output)
