@@ -119,7 +119,9 @@ def test_torchrun_restarts_after_kill_9_and_finishes_exactly(tiny_imagefolder, t
     output += proc.stdout.read()
     assert proc.wait(timeout=300) == 0, output
     assert "rank 0 of 2: communication with the other ranks failed" in output
-    assert restart_seconds < 60, restart_seconds
+    # Not --dist-timeout's 600 s that a rank waiting on its dead peer would take: room to
+    # spare for a loaded machine, where starting the group again alone takes a minute.
+    assert restart_seconds < 300, restart_seconds
 
     log = read_jsonl(tmp_path / "job")
     first, second = _runs_after(log, 0), _runs_after(log, 1)
@@ -153,7 +155,10 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     release(hold_dir)
     output += proc.stdout.read()
     proc.wait(timeout=120)
-    assert time.monotonic() - signalled < 25, output  # no SIGKILL after the grace period
+    # No SIGKILL after the grace period: torchrun says when it has to send one (and that it
+    # sent the ranks the SIGTERM, so its warnings do reach this output).
+    assert "closing signal SIGTERM" in output, output
+    assert "Unable to shutdown process" not in output, output
     assert "exiting with status 75" in output, output
     assert "DataLoader worker" not in output  # workers were not killed by the signal
     cut = torch.load(tmp_path / "job/checkpoint.pth", weights_only=True)
@@ -264,10 +269,12 @@ def _start_ranks(ranks, world: int, args, tmp_path):
 
 
 # A hung peer is detected by the collective timeout; a dead one when its sockets close (~5 s:
-# its loader workers hold them until they notice their parent is gone), not by the timeout.
+# its loader workers hold them until they notice their parent is gone), not by the timeout. The
+# upper bounds leave a loaded machine minutes, and stay far below the 600 s default timeout (a
+# --dist-timeout not applied) and the dead peer's 600 s (noticed by the timeout after all).
 @pytest.mark.slow
-@pytest.mark.parametrize("fault,timeout,at_least,at_most", [("SIGSTOP", 5, 5, 20),
-                                                            ("SIGKILL", 60, 0, 20)])
+@pytest.mark.parametrize("fault,timeout,at_least,at_most", [("SIGSTOP", 5, 5, 200),
+                                                            ("SIGKILL", 600, 0, 200)])
 def test_a_hung_or_dead_peer_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_path, fault,
                                                           timeout, at_least, at_most):
     """Rank 1 stops responding (SIGSTOP) or dies (SIGKILL) mid-epoch: rank 0 exits 1 with a
@@ -279,7 +286,7 @@ def test_a_hung_or_dead_peer_ends_the_run_in_bounded_time(tiny_imagefolder, tmp_
         rank1.send_signal(getattr(signal, fault))
         faulted = time.monotonic()
         output = rank0.stdout.read()
-        assert rank0.wait(timeout=120) == 1, output
+        assert rank0.wait(timeout=300) == 1, output
         detected = time.monotonic() - faulted
     finally:
         rank1.kill()
@@ -295,7 +302,7 @@ def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder,
     started = time.monotonic()
     output = rank0.stdout.read()
     assert rank0.wait(timeout=60) == 1, output
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 200  # --dist-timeout's 3 s, not the default 600 s
     assert "communication with the other ranks failed" in output
     assert "1/2 clients joined" in output
 
@@ -304,17 +311,18 @@ def test_a_peer_that_never_starts_ends_the_run_in_bounded_time(tiny_imagefolder,
 def test_a_failed_checkpoint_write_stops_every_rank_at_once(tiny_imagefolder, tmp_path):
     """Rank 0 cannot write its checkpoint (the name is taken by a directory, which no rename
     replaces, even for root): every rank exits 1 with the reason within seconds, instead of
-    rank 1 waiting in the next epoch's collectives until --dist-timeout (300 s here)."""
+    rank 1 waiting in the next epoch's collectives until --dist-timeout (1200 s here)."""
     run_dir = tmp_path / "blocked"
     (run_dir / "checkpoint.pth").mkdir(parents=True)
     (run_dir / "checkpoint.pth" / "in-the-way").write_text("")
     started = time.monotonic()
     proc = run_script("ddp.py", TINY + ["-b", "4", "--epochs", "3", "--steps-per-epoch", "2",
-                                        "--dist-timeout", "300", "--logdir", tmp_path,
+                                        "--dist-timeout", "1200", "--logdir", tmp_path,
                                         "--run-name", "blocked", tiny_imagefolder],
-                      nproc=2, check=False, timeout=240)
+                      nproc=2, check=False, timeout=900)
     assert proc.returncode != 0
-    assert time.monotonic() - started < 120  # far below the 300 s a waiting rank would take
+    # far below the 1200 s a waiting rank would take, with minutes to spare on a loaded machine
+    assert time.monotonic() - started < 600
     output = proc.stdout + proc.stderr
     assert "error: could not write a checkpoint in" in output, output[-3000:]
     assert "error: rank 0 failed: could not write a checkpoint in" in output, output[-3000:]
@@ -431,7 +439,7 @@ def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     try:
         assert ranks[1].wait(timeout=120) == 3
         died = time.monotonic()
-        output = ranks[0].communicate(timeout=90)[0]
+        output = ranks[0].communicate(timeout=400)[0]
         took = time.monotonic() - died
     finally:
         for proc in ranks:
@@ -439,7 +447,8 @@ def test_a_dead_peer_ends_a_rank_blocked_outside_python_within_seconds():
     assert ranks[0].returncode == 1, output
     assert "error: rank 0 of 2: rank 1 stopped answering (no heartbeat for 15 s)" in output
     assert "--resume auto" in output
-    assert took < 40, took
+    # the heartbeat's 15 s, not the 600 s dist_timeout: the rest is room for a loaded machine
+    assert took < 300, took
 
 
 # A rank that ends after a peer's failure holds a process group it cannot leave and a peer-watch
