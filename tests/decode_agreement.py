@@ -43,3 +43,68 @@ def agreement(ours: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -
 
 def agrees(numbers: Dict[str, float]) -> bool:
     return numbers["mean_abs"] < MEAN_ABS_BOUND and numbers["within_3"] >= WITHIN_SHARE_BOUND
+
+
+# --- images made to expose a decoder's usual faults --------------------------------------------------
+# Distinct levels per channel (a swap of channels moves every value by 50-90 levels) under one
+# colour: the chroma is the same everywhere, so chroma upsampling (interpolated or repeated, the
+# one way GPU decoders may rightly differ) changes nothing, and a decoder that repeats chroma is
+# held to the same bounds. The detail is in luma, at full resolution: 4-pixel blocks of random
+# brightness (a crop one pixel off moves a quarter of the values by up to 90 levels) on a left-
+# to-right ramp (a mirrored image is 40 levels off on average).
+BASE_COLOUR = (170, 120, 80)
+
+
+def fault_exposing_jpegs(count: int, height: int = 180, width: int = 240, seed: int = 0) -> list:
+    """`count` 4:2:0 JPEGs (quality 95) of the pattern above, each its own noise -> bytes."""
+    import io
+
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(seed)
+    ramp = torch.linspace(-20, 20, width).view(1, width)
+    files = []
+    for _ in range(count):
+        blocks = torch.randint(-45, 46, (height // 4 + 1, width // 4 + 1), generator=g)
+        light = blocks.repeat_interleave(4, 0).repeat_interleave(4, 1)[:height, :width] + ramp
+        pixels = (torch.tensor(BASE_COLOUR).view(3, 1, 1) + light).round().clamp(0, 255)
+        out = io.BytesIO()
+        Image.fromarray(pixels.to(torch.uint8).permute(1, 2, 0).numpy()).save(
+            out, "JPEG", quality=95, subsampling=2)
+        files.append(out.getvalue())
+    return files
+
+
+# What a broken decoder does, each planted by a stand-in (tests/test_gpu_decode.py) to show that
+# the bounds catch it: channels swapped, the image mirrored, the crop a pixel or a block off,
+# garbage
+FAULTS = {
+    "channels-swapped": lambda x, cut: cut(x.flip(0)),
+    "mirrored": lambda x, cut: cut(x.flip(2)),
+    "crop-one-pixel-off": lambda x, cut: cut(x, dy=1, dx=1),
+    "crop-one-block-off": lambda x, cut: cut(x, dx=8),
+    "garbage": lambda x, cut: torch.randint_like(cut(x), 0, 256),
+}
+
+
+def made_regions(height: int, width: int, count: int) -> list:
+    """Crops of RandomResizedCrop's kind, away from the edges, at offsets that are not multiples
+    of a JPEG block: (top, left, height, width)."""
+    return [(height // 5 + i % 3, width // 6 + i % 5, height // 2, (2 * width) // 3)
+            for i in range(count)]
+
+
+def agreement_on_made_images(decode, count: int = 16) -> Dict[str, float]:
+    """`decode` (a jpeg_decoders decoder, or a stand-in with its call) on fault_exposing_jpegs,
+    against libjpeg-turbo (torchvision's CPU decode_image) on the same crops: agreement()."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    data = [torch.frombuffer(bytearray(f), dtype=torch.uint8)
+            for f in fault_exposing_jpegs(count)]
+    wholes = [decode_image(d, mode=ImageReadMode.RGB) for d in data]
+    regions = made_regions(*wholes[0].shape[1:], count)
+    decoded = decode(data, regions if decode.crops else [None] * count)
+    if not decode.crops:
+        decoded = [x[:, t:t + h, l:l + w] for x, (t, l, h, w) in zip(decoded, regions)]
+    return agreement(decoded, [x[:, t:t + h, l:l + w] for x, (t, l, h, w) in
+                               zip(wholes, regions)])

@@ -301,6 +301,53 @@ def test_the_decoder_bounds_catch_a_crop_one_pixel_off_and_a_mirrored_one(tiny_i
 
 
 # --- no silent fallback ---------------------------------------------------------------------------
+class _Faulty:
+    """A stand-in GPU decoder: TorchCodec's CPU decode (libjpeg-turbo), then `fault`
+    (decode_agreement.FAULTS) on each image and the crop it is asked for."""
+    crops = True
+    name = "faulty"
+
+    def __init__(self, fault: str):
+        from decode_agreement import FAULTS
+        from imagenet_recipes.data.jpeg_decoders import make_decoder
+
+        self.fault, self.whole = FAULTS[fault], make_decoder("torchcodec", CPU)
+        torch.manual_seed(0)  # the garbage's
+
+    def __call__(self, files, regions):
+        def cut(x, dy=0, dx=0, region=None):
+            top, left, h, w = region
+            return x[:, top + dy:top + dy + h, left + dx:left + dx + w]
+
+        return [self.fault(x, lambda y, dy=0, dx=0, r=r: cut(y, dy, dx, r))
+                for x, r in zip(self.whole(files, [None] * len(files)), regions)]
+
+
+@pytest.mark.parametrize("fault", ["none", "channels-swapped", "mirrored", "crop-one-pixel-off",
+                                   "crop-one-block-off", "garbage"])
+def test_the_agreement_bounds_catch_each_planted_fault_on_the_made_images(fault, torchcodec):
+    """The CPU half of the GPU tier's bounded check of the default decoder (tests/gpu/
+    test_gpu_decode.py): on images made to expose the usual faults (decode_agreement.py:
+    distinct levels per channel, one colour so that chroma upsampling cannot matter, fine
+    asymmetric detail in luma), libjpeg-turbo through TorchCodec agrees exactly; a stand-in
+    that swaps channels, mirrors, cuts a pixel or a block off, or returns garbage breaks the
+    bounds. And repeating chroma instead of interpolating it (what TorchCodec's nvJPEG does
+    on a GPU) changes nothing on these images: nvImageCodec told to repeat it agrees too."""
+    from decode_agreement import agreement_on_made_images, agrees
+    from imagenet_recipes.data import jpeg_decoders
+
+    if fault == "none":
+        numbers = agreement_on_made_images(jpeg_decoders.make_decoder("torchcodec", CPU))
+        assert agrees(numbers) and numbers["mean_abs"] == 0, numbers
+        pytest.importorskip("nvidia.nvimgcodec")
+        repeated = agreement_on_made_images(
+            jpeg_decoders.NvImageCodecDecoder(CPU, fancy_upsampling=False))
+        assert agrees(repeated) and repeated["mean_abs"] < 0.5, repeated
+        return
+    numbers = agreement_on_made_images(_Faulty(fault))
+    assert not agrees(numbers), numbers
+
+
 def _planted(mode: str, data, tmp_path, name: str) -> subprocess.CompletedProcess:
     """train/nd.py --data-backend gpu --gpu-decoder nvimgcodec, with nvImageCodec's decoder
     planted (tests/planted_decoder.py)."""

@@ -87,9 +87,9 @@ def check_decoder(decoder, device: torch.device, batch_size: int = 2) -> str:
     elsewhere = "Or decode elsewhere: --data-backend pytorch (CPU workers) or another --gpu-decoder"
     try:
         images = decoder([encoded] * batch_size, wanted)
-    except DecodedNothing as err:
-        raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for {what} "
-                         f"({first_line(err)}); needs {_FIXES[name]}. {elsewhere}") from None
+    except DecodedNothing:  # not one file's fault: the library's own log says why
+        raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for {what}; needs "
+                         f"{_FIXES[name]}. {elsewhere}") from None
     except Exception as err:
         raise UsageError(f"--gpu-decoder {name} failed to decode {what} on {where} "
                          f"({type(err).__name__}: {first_line(err)}); needs {_FIXES[name]}. "

@@ -171,3 +171,65 @@ def test_gpu_decode_batches_beside_the_step_are_those_decoded_in_line(images, sa
     for (x, y), (x_line, y_line) in zip(ahead, in_line):
         assert torch.equal(y, y_line) and torch.equal(x, x_line)
     saw(f"{len(ahead)} batches, identical with and without the overlap")
+
+
+@pytest.mark.parametrize("decoder", ["torchcodec", "nvimgcodec", "nvimgcodec-whole"])
+def test_gpu_decoders_agree_on_images_made_to_expose_their_faults(decoder, saw, number):
+    """Each GPU decoder, TorchCodec (the default) included, held to tests/decode_agreement.py's
+    bounds against libjpeg-turbo on images made to expose the usual faults: distinct levels per
+    channel under one colour (chroma upsampling, interpolated or repeated, cannot matter, so
+    no decoder is let off), fine asymmetric detail in luma. A decoder that swaps channels,
+    mirrors, cuts its crop a pixel or a block off or returns garbage breaks them (the CPU half,
+    tests/test_gpu_decode.py, plants each)."""
+    from decode_agreement import agreement_on_made_images, agrees
+
+    from imagenet_recipes.data import jpeg_decoders
+
+    name = "nvimgcodec" if decoder.startswith("nvimgcodec") else decoder
+    need_decoder(decoder, MODULE[name], WHY[MODULE[name]])
+    numbers = agreement_on_made_images(jpeg_decoders.make_decoder(decoder, torch.device(DEVICE)))
+    for key, value in numbers.items():
+        number(key, round(value, 5))
+    saw(f"{decoder}: 16 crops of made images vs libjpeg-turbo: mean |diff| "
+        f"{numbers['mean_abs']:.3f} levels, {100 * numbers['within_3']:.2f} % within 3")
+    assert agrees(numbers), numbers
+
+
+def test_gpu_decode_preparing_a_batch_waits_for_nothing_but_its_decoder(images, saw):
+    """The producer's work after decoding (gather, roi_align, flips, normalisation, the one
+    copy of the batch's host tensors) makes no host synchronisation: CUDA's sync-debug mode
+    raises on the first. The decoder's own call is left out: TorchCodec ends each call with a
+    synchronisation, and nvImageCodec's is made to wait for its stream (jpeg_decoders.py)."""
+    need_decoder("nvimgcodec", "nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
+    from imagenet_recipes.config import parse_args
+    from imagenet_recipes.data import build_loaders, gpu_decode
+    from imagenet_recipes.data.host_batch import HostBatch
+    from imagenet_recipes.strategies import Strategy
+
+    cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2", "--seed", "7",
+                      "--data-backend", "gpu", "--gpu-decoder", "nvimgcodec", "--channels-last",
+                      str(images)])
+    train_loader, val_loader, _ = build_loaders(cfg, Strategy().data_shard(),
+                                                torch.device(DEVICE))
+    train_loader.set_epoch(1)
+    raw = iter(train_loader.loader)
+    try:
+        for step in range(3):  # two to warm up (allocations, kernels), then the one checked
+            samples, _ = train_loader.decoder(next(raw))
+            cuda = DEVICE == "cuda" and step == 2
+            if cuda:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                stage = HostBatch(torch.device(DEVICE))
+                stage.add(torch.tensor([s.target for s in samples]))
+                batch, _ = gpu_decode.resample(samples, 64, stage)
+                train_loader.normalize(batch)
+            finally:
+                if cuda:
+                    torch.cuda.set_sync_debug_mode(0)
+    finally:
+        del raw
+        train_loader.close()
+        val_loader.close()
+    saw(f"a batch of {len(samples)} prepared after its decoding with no host synchronisation"
+        f"{'' if DEVICE == 'cuda' else ' (the CPU: sync-debug mode not applicable)'}")
