@@ -75,7 +75,7 @@ def test_the_x_axis_differs_from_the_optimizer_step_where_world_sizes_differ(run
 def _get(url: str, data: bytes = None):
     request = urllib.request.Request(url, data=data, headers={
         "Content-Type": "application/json", "X-TensorBoard-Feature-Flags": "{}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=60) as response:  # room for a loaded server
         return json.loads(response.read())
 
 
@@ -86,18 +86,29 @@ def test_a_real_tensorboard_server_serves_scalars_text_and_hparams(runs):
          "--port", str(port), "--load_fast", "false", "--reload_interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
     base = f"http://127.0.0.1:{port}/data"
-    try:
-        deadline, listed = time.monotonic() + 90, []
-        while time.monotonic() < deadline and sorted(listed) != ["ddp", "nd", "ps"]:
-            time.sleep(1)
-            try:
-                listed = _get(f"{base}/runs")
-            except OSError:  # not listening yet
-                continue
-        assert sorted(listed) == ["ddp", "nd", "ps"], listed
 
-        def query(**params):
-            return urllib.parse.urlencode(params)
+    def query(**params):
+        return urllib.parse.urlencode(params)
+
+    def served(name: str) -> bool:
+        """Whether the server has read all of a run: a run is listed as soon as its directory
+        is found, and its events are read after that, in the server's reload cycles; the last
+        one the run wrote is its final/best_top1."""
+        try:
+            return bool(_get(f"{base}/plugin/scalars/scalars?"
+                             f"{query(run=name, tag='final/best_top1')}"))
+        except OSError:  # not listening yet, the run not read yet (HTTPError)
+            return False
+
+    try:
+        # polled with a deadline that leaves a loaded machine minutes
+        deadline = time.monotonic() + 300
+        while not all(served(name) for name in ("nd", "ddp", "ps")):
+            assert server.poll() is None, server.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the runs were not all served after 300 s"
+            time.sleep(0.5)
+        listed = _get(f"{base}/runs")
+        assert sorted(listed) == ["ddp", "nd", "ps"], listed
 
         for name in ("nd", "ddp", "ps"):
             points = _get(f"{base}/plugin/scalars/scalars?{query(run=name, tag='eval/top1')}")
