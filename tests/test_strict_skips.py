@@ -98,3 +98,23 @@ def test_every_requirement_of_this_machine_is_checked():
     assert names["torchcodec"] == "torchcodec" and names["pillow"] == "PIL"
     assert names["nvidia-nvimgcodec-cu13"] == "nvidia.nvimgcodec"
     assert names["nvidia-dali-cuda130"] == "nvidia.dali" and names["pyyaml"] == "yaml"
+
+
+def test_the_suite_runs_with_strict_skips_and_the_conftest_loads_its_plugin(request):
+    """Checks that hold the checker in place: launch/test.sh's pytest call (what CI runs) passes
+    --strict-skips, and tests/conftest.py loads the plugin's hooks (this run knows the option).
+    Taken out of either, this fast test fails."""
+    import shlex
+
+    import conftest
+    import strict_skips
+
+    script = (REPO / "launch/test.sh").read_text().replace("\\\n", " ")
+    calls = [shlex.split(line) for line in script.splitlines()
+             if "-m pytest" in line and not line.lstrip().startswith("#")]
+    assert calls, "launch/test.sh runs no pytest"
+    for call in calls:
+        assert "--strict-skips" in call, " ".join(call)
+    assert conftest.pytest_addoption is strict_skips.pytest_addoption
+    assert conftest.pytest_configure is strict_skips.pytest_configure
+    assert request.config.getoption("--strict-skips") in (True, False)  # registered
