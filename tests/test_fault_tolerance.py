@@ -219,9 +219,13 @@ def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_pa
     """Loader workers start from a fork server, so their parent is that server, not the trainer:
     when the trainer is killed outright they (and the server) still end within seconds instead
     of lingering forever."""
-    proc = start_script("nd.py", TINY[:-4] + ["-j", "2", "-p", "1", "-b", "4", "--epochs", "3",
-                                              "--logdir", tmp_path, tiny_imagefolder])
-    _read_until(proc, "Epoch [0][ 2/")
+    hold_dir = tmp_path / "hold"
+    # held after step 2, so the training loader's workers are all there is (validation's start
+    # at the epoch's end, which a fast machine could otherwise reach before the count)
+    proc = _start_held("nd.py", TINY[:-4] + ["-j", "2", "-p", "1", "-b", "4", "--epochs", "3",
+                                             "--logdir", tmp_path, tiny_imagefolder],
+                       hold_dir, after=2)
+    wait_for(held(hold_dir), "held at step 2", proc)
     servers = [p for p in _children(proc.pid)
                if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(servers) == 1
