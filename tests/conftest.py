@@ -35,6 +35,8 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # --strict-skips (launch/test.sh): undeclared skips and requirements that do not import fail
 from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
+# every test that starts a process is marked slow: checked as it runs
+from process_tier import slow_if_it_starts_processes  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"

@@ -42,6 +42,7 @@ def folders(tiny_imagefolder):
     return image_folders(cfg)
 
 
+@pytest.mark.slow
 def test_training_batches_are_stacked_channels_last_into_shared_memory(folders):
     train, _ = folders
     assert train.decode_regions
@@ -56,6 +57,7 @@ def test_training_batches_are_stacked_channels_last_into_shared_memory(folders):
         assert targets.tolist() == [train[key][1] for key in keys[4 * number:4 * number + 4]]
 
 
+@pytest.mark.slow
 def test_validation_batches_keep_their_layout_in_shared_memory(folders):
     _, val = folders
     keys = [(index, 0, None) for index in range(8)]
@@ -94,6 +96,7 @@ def pytorch_loaders(data, workers: int):
     return train, val
 
 
+@pytest.mark.slow
 def test_a_worker_writes_again_only_into_memory_the_training_process_released(
         tiny_imagefolder):
     train, _ = pytorch_loaders(tiny_imagefolder, workers=1)
@@ -123,6 +126,7 @@ def test_a_worker_writes_again_only_into_memory_the_training_process_released(
         train.close()
 
 
+@pytest.mark.slow
 def test_batches_through_reused_memory_are_those_made_in_the_training_process(
         tiny_imagefolder):
     """Two epochs of training and validation batches from a worker writing into its slots are

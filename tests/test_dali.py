@@ -93,6 +93,7 @@ def test_dali_by_class_split_reads_only_the_workers_classes(tiny_imagefolder, lo
         assert delivered == Counter(labels)  # 32 images: 4 full batches of 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_dali_and_pytorch_batches_match(tiny_imagefolder, channels_last, loaders):
     """Same contract from both backends: float32 NCHW normalised on the device (channels_last

@@ -99,6 +99,7 @@ def test_synthetic_is_deterministic(tmp_path):
     assert a.keys() == c.keys() and a != c
 
 
+@pytest.mark.slow
 def test_synthetic_same_bytes_with_worker_processes(tmp_path):
     # >= 100 images so the multiprocessing path is really taken: the result
     # must not depend on how images are spread over workers.

@@ -1,6 +1,8 @@
 """The test helpers' own promise: a training run that hangs fails its test with every
-process's Python stacks, and leaves nothing running behind it; and a run several tests share is
-made once, on one xdist worker (launch/test.sh's `-n 2 --dist loadgroup`)."""
+process's Python stacks, and leaves nothing running behind it; a run several tests share is
+made once, on one xdist worker (launch/test.sh's `-n 2 --dist loadgroup`); and a test that
+starts a process without the slow mark fails (tests/process_tier.py)."""
+import os
 import subprocess
 import sys
 import textwrap
@@ -69,3 +71,41 @@ def test_an_xdist_group_runs_on_one_worker_so_its_shared_run_is_made_once(tmp_pa
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert len(list((tmp_path / "base" / "builds").iterdir())) == 1, run.stdout
+
+
+PLANTED_TIERS = '''
+import subprocess, sys
+import pytest
+from process_tier import slow_if_it_starts_processes  # as tests/conftest.py has it
+
+def test_starts_python_unmarked():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+@pytest.mark.slow
+def test_starts_python_marked():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_asks_git():
+    subprocess.run(["git", "--version"], capture_output=True, check=True)
+
+def test_in_process():
+    assert sum(range(4)) == 6
+'''
+
+
+def test_a_test_that_starts_a_process_without_the_slow_mark_fails(tmp_path):
+    """tests/process_tier.py, the tiers' rule as every test runs: on a planted file, the test
+    that starts Python without @pytest.mark.slow errs, naming what it started, and the run
+    fails; the marked one, the one that only asks git, and the in-process one pass."""
+    (tmp_path / "test_planted.py").write_text(PLANTED_TIERS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: starts processes\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-rE", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(conftest.TESTS)})
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    # the test itself passed; its teardown, where the rule is checked, errs
+    assert "4 passed, 1 error" in proc.stdout, proc.stdout[-3000:]
+    errors = [line for line in proc.stdout.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "test_starts_python_unmarked" in errors[0], errors
+    assert f"the first: {sys.executable} -c pass) but is not marked @pytest.mark.slow" in \
+        proc.stdout

@@ -16,6 +16,7 @@ from fresh_python import bare_python, fresh_clone
 ENTRY_SCRIPTS = sorted(p.name for p in TRAIN.glob("[!_]*.py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ENTRY_SCRIPTS)
 def test_an_entry_script_without_the_package_says_how_to_install_it(script, tmp_path):
     env = bare_python(tmp_path / "venv", with_packages=False)
@@ -28,6 +29,7 @@ def test_an_entry_script_without_the_package_says_how_to_install_it(script, tmp_
     assert f"pip install --no-deps -e {REPO}" in line and "launch/env.sh" in line
 
 
+@pytest.mark.slow
 def test_an_entry_script_shows_what_else_is_missing(tmp_path):
     """A package the engine needs missing: its own traceback, not the install hint."""
     env = bare_python(tmp_path / "venv", with_packages=False)

@@ -159,6 +159,7 @@ def gpu_loader(tiny_imagefolder, monkeypatch):
     val.close()
 
 
+@pytest.mark.slow
 def test_after_close_no_prepare_thread_remains_and_the_workers_end_after_it(gpu_loader):
     loader, ends = gpu_loader
     batches = iter(loader)
@@ -170,6 +171,7 @@ def test_after_close_no_prepare_thread_remains_and_the_workers_end_after_it(gpu_
     del batches
 
 
+@pytest.mark.slow
 def test_after_an_exception_mid_epoch_the_loaders_close_ends_the_thread(gpu_loader):
     """As the engine meets it: the step fails, the traceback (kept here, as an `except` block
     has it) still holds the pass, and the loader's close() must end its thread anyway."""
@@ -192,6 +194,7 @@ def test_after_an_exception_mid_epoch_the_loaders_close_ends_the_thread(gpu_load
     assert kept.__traceback__ is not None
 
 
+@pytest.mark.slow
 def test_after_break_no_prepare_thread_remains(gpu_loader):
     loader, _ = gpu_loader
     for step, _ in enumerate(loader):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import LAB, run_lab
 
 
+@pytest.mark.slow
 def test_the_studies_page_is_regenerated_byte_for_byte_from_its_records():
     kept = {p.name for p in (LAB / "records").iterdir() if p.is_dir()}
     assert kept == {"loop", "layout", "hvd", "ddp_cost"}
@@ -15,6 +18,7 @@ def test_the_studies_page_is_regenerated_byte_for_byte_from_its_records():
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_changed_record_is_noticed(tmp_path):
     """Sensitivity: the loop record's median changed -> the page would change."""
     import shutil

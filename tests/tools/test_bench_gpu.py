@@ -146,6 +146,7 @@ def test_on_a_cpu_the_causes_group_changes_one_thing_per_row(tmp_path):
     assert "the `step-*` rows (`--group causes`)" in report.block(record_path.parent)
 
 
+@pytest.mark.slow
 def test_timms_benchmark_runs_eager_then_compiled_beside_the_step_doing_its_work(tmp_path):
     script = tmp_path / "benchmark.py"
     script.write_text(STAND_IN_TIMM_BENCHMARK)
@@ -289,6 +290,7 @@ def test_on_a_cpu_the_peers_group_runs_bench_e2e_with_the_peers_scripts(tmp_path
         "timm fast", "torchvision reference", "nd fast"]
 
 
+@pytest.mark.slow
 def test_a_child_and_everything_it_started_are_ended(tmp_path):
     """A run past its time is stopped with its whole process group (what torchrun or a
     trainer's loader workers would be), and so are runs still going when the tool ends."""

@@ -13,6 +13,7 @@ from conftest import REPO, read_jsonl, run_tool
 
 
 
+@pytest.mark.slow
 def test_bench_loader_threads_measures_processes_threads_and_a_step_beside(
         tmp_path, tiny_imagefolder):
     record_path = tmp_path / "io" / "loader_threads.json"
@@ -70,6 +71,7 @@ def test_loader_threads_without_py_spy_stops_before_measuring_and_says_how_to_ge
     assert not (tmp_path / "record.json").exists()
 
 
+@pytest.mark.slow
 def test_loader_threads_make_the_loader_workers_batches(tiny_imagefolder):
     """One thread makes the very batches of the backend's worker process (each sample's crop
     and flip come from its key); two threads keep the sampler's order."""
@@ -341,6 +343,7 @@ def test_bench_e2e_without_any_peer_script_says_what_to_give(capsys):
     assert "give --peer, --timm or --torchvision" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_e2e_starts_a_command_with_its_environment_words(tmp_path, monkeypatch):
     import sys
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_bench_stages_prints_every_stage(tiny_imagefolder):
     proc = subprocess.run([sys.executable, "-m", "imagenet_recipes.bench.stages",
                            str(tiny_imagefolder), "--images", "16", "--image-size", "32", "-b",

@@ -73,6 +73,7 @@ def bench_calls(calls) -> list:
 GPU = "-m imagenet_recipes.bench.gpu --loader-window 6"
 
 
+@pytest.mark.slow
 def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path):
     out = tmp_path / "out"
     # what the steps leave beside their records: checkpoints, a JPEG, a large file
@@ -131,6 +132,7 @@ def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path
     assert f"gpu_session: archive {archive} (" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_decoder_the_probe_finds_broken_skips_what_needs_it(tmp_path):
     cause = ("nvImageCodec cannot decode on cuda:0 (CUDA error 35): pip install "
              "'nvidia-nvimgcodec-cu13[nvjpeg]'")
@@ -286,6 +288,7 @@ def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
     assert not [c for c in calls if "--group loop" in c]
 
 
+@pytest.mark.slow
 def test_regions_that_fail_are_measured_on_whole_images_saying_so(tmp_path):
     """nvImageCodec's regions BROKEN, its whole images OK (nvJPEG < 13.2, or region batches that
     crash): its rows of decode, scripts and compile decode whole images (bench.gpu
@@ -309,6 +312,7 @@ def test_regions_that_fail_are_measured_on_whole_images_saying_so(tmp_path):
     assert tier.endswith(" broken=nvimgcodec")
 
 
+@pytest.mark.slow
 def test_bad_arguments_exit_2_naming_them(tmp_path):
     out = str(tmp_path / "o")
     for args, message in ((["--out", out, "--steps", "tier,bogus"], "unknown step bogus"),
