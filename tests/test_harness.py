@@ -2,7 +2,7 @@
 process's Python stacks, and leaves nothing running behind it; a run several tests share is
 made once, on one xdist worker (launch/test.sh's `-n 2 --dist loadgroup`); and a test that
 starts a process without the slow mark fails (tests/process_tier.py)."""
-import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -98,10 +98,11 @@ def test_a_test_that_starts_a_process_without_the_slow_mark_fails(tmp_path):
     that starts Python without @pytest.mark.slow errs, naming what it started, and the run
     fails; the marked one, the one that only asks git, and the in-process one pass."""
     (tmp_path / "test_planted.py").write_text(PLANTED_TIERS)
+    shutil.copy(conftest.TESTS / "process_tier.py", tmp_path)  # `python -m`: the cwd imports
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: starts processes\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "-rE", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(conftest.TESTS)})
+                          timeout=120)
     assert proc.returncode == 1, proc.stdout[-3000:]
     # the test itself passed; its teardown, where the rule is checked, errs
     assert "4 passed, 1 error" in proc.stdout, proc.stdout[-3000:]
