@@ -367,33 +367,3 @@ def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
     for line in lines:
         assert " BROKEN: " in line and "libnvjpeg.so.13" in line, line
     assert re.search(r"^gpu_check: decoder torchcodec +OK", proc.stdout, re.M)
-
-
-PLANTS = REPO / "tests/plants/nvimgcodec"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fault, regions, whole", [
-    ("crash", "crashed: killed by SIGSEGV (exit 139) decoding a batch of 4",
-     "crashed: killed by SIGSEGV (exit 139)"),
-    ("hang", "hung: no answer within 30 s decoding a batch of 4 (killed)",
-     "hung: no answer within 30 s"),
-    ("refuse-regions", "--gpu-decoder nvimgcodec decoded nothing on the CPU for 4 regions",
-     None)])
-def test_the_probe_names_a_decoder_that_crashes_hangs_or_refuses_regions(fault, regions, whole):
-    """nvImageCodec planted (tests/plants/nvimgcodec) to crash, to hang or to refuse regions:
-    each decoder is probed in a process of its own, so the fault costs nvImageCodec's own
-    verdicts, with their cause, and TorchCodec's is still OK; the probe exits 0. A region
-    refusal leaves whole images (nvimgcodec-whole) OK."""
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(PLANTS),
-           "RECIPES_PLANT_NVIMGCODEC": fault, "GPU_CHECK_PROBE_LIMIT": "30"}
-    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu", "--batch-size", "4"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    verdicts = dict(re.findall(r"^gpu_check: decoder (\S+) +(.*)$", proc.stdout, re.M))
-    assert verdicts["torchcodec"].startswith("OK: torchcodec: decodes on the CPU"), verdicts
-    assert verdicts["nvimgcodec"].startswith(f"BROKEN: {regions}"), verdicts
-    if whole is None:
-        assert verdicts["nvimgcodec-whole"].startswith("OK: nvimgcodec-whole"), verdicts
-    else:
-        assert verdicts["nvimgcodec-whole"].startswith(f"BROKEN: {whole}"), verdicts
