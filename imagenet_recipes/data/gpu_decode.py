@@ -18,7 +18,8 @@ Who does what
             other backends hand batches over (normalised float32 NCHW on the device, int64
             targets). What the host computes for a batch (gather indices, boxes, flips,
             targets) reaches the device in one non-blocking copy (host_batch.py); the pixels
-            are read where the decoder left them, CHW or HWC, with no copy per image. Validation: the same, with the box that "resize the shorter side to
+            are read where the decoder left them, CHW or HWC, with no copy per image.
+            Validation: the same, with the box that "resize the shorter side to
             --val-resize-size, then centre crop" cuts out of the image (only the pixels it
             reads: val_region).
 
@@ -62,8 +63,8 @@ from ..config import TrainConfig, UsageError
 from ..machine import cores_per_process
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
-from .host_batch import HostBatch
 from .decoder_check import check_decoder
+from .host_batch import HostBatch
 from .jpeg_decoders import DecoderSettings, Refused, make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
 from .loading import SampledLoader, WorkerGuard, default_workers
@@ -260,9 +261,8 @@ def flat_pixels(images: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, List[int]
 
 
 class GroupPlan(NamedTuple):
-    """One roi_align call, as planned on the host: its samples, the canvas they are packed into,
+    """One roi_align call, as planned on the host: its regions, the canvas they are packed into,
     and where its tensors are in the batch's HostBatch."""
-    members: List[int]  # sample indices in the batch
     regions: List[Tuple[int, int, int, int]]
     strips: int
     height: int  # rows per strip
@@ -310,7 +310,7 @@ def plan_groups(samples: Sequence[Decoded], starts: Sequence[int],
         boxes = torch.tensor([[strip, x1, first + 1 + y1, x2, first + 1 + y2]
                               for (strip, first), (x1, y1, x2, y2) in
                               zip(places, (s.box for s in members))], dtype=torch.float32)
-        plans.append(GroupPlan(group, regions, strips, height,
+        plans.append(GroupPlan(regions, strips, height,
                                max(w for _, _, _, w in regions) + 1, stage.add(rows),
                                stage.add(boxes), stage.add(torch.tensor(group))))
     return plans

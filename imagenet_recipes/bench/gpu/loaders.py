@@ -93,18 +93,24 @@ LOADER_DECODER = {"gpu": "torchcodec", "nvimgcodec": "nvimgcodec",
                   "nvimgcodec-whole": "nvimgcodec-whole"}
 
 
+def whole_images_note(args: argparse.Namespace) -> str:
+    """What an nvImageCodec row says when --nvimgcodec-whole (nvImageCodec's regions fail here)
+    has it decode whole images; "" when regions work."""
+    cause = getattr(args, "nvimgcodec_whole", None)
+    return f"whole images (--gpu-decoder nvimgcodec-whole), not regions: {cause}" if cause else ""
+
+
 def whole_images_instead(args: argparse.Namespace, flags: List[str]) -> Tuple[List[str], str]:
     """A row's flags with --gpu-decoder nvimgcodec turned into nvimgcodec-whole where
     --nvimgcodec-whole says nvImageCodec's regions fail here (the hardware decoder is still
-    measured, on whole images). -> (the flags, the note saying so, or "")."""
-    cause = getattr(args, "nvimgcodec_whole", None)
-    if not cause or "--gpu-decoder" not in flags:
+    measured, on whole images). -> (the flags, whole_images_note, or "")."""
+    note = whole_images_note(args)
+    if not note or "--gpu-decoder" not in flags:
         return flags, ""
     at = flags.index("--gpu-decoder") + 1
     if flags[at] != "nvimgcodec":
         return flags, ""
-    return ([*flags[:at], "nvimgcodec-whole", *flags[at + 1:]],
-            f"whole images (--gpu-decoder nvimgcodec-whole), not regions: {cause}")
+    return [*flags[:at], "nvimgcodec-whole", *flags[at + 1:]], note
 
 
 def decoded_on_cpu(log: dict, warm: int) -> Tuple[int, int]:
@@ -176,7 +182,7 @@ def measure_decode(ctx: Context, unit: Unit) -> List[dict]:
     # bench.decode's row measured for each row of this unit: nvImageCodec's whole images in
     # its place where --nvimgcodec-whole says its regions fail here
     measured_as = dict(zip(DECODE_ROWS, DECODE_ROWS))
-    whole_note = whole_images_instead(args, ["--gpu-decoder", "nvimgcodec"])[1]
+    whole_note = whole_images_note(args)
     if whole_note:
         measured_as["gpu nvimgcodec"] = "gpu nvimgcodec-whole"
     dargs = argparse.Namespace(data=jpeg_set(args), device=args.device,
