@@ -54,6 +54,19 @@ def test_without_a_gpu_gpu_check_exits_2_and_says_why(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_fast_tier_holds_no_gpu_check():
+    """Every GPU check starts runs or a device's decoder, so the tier is of the integration
+    tier: `-m "not slow"` collects none of it, and the process rule (tests/process_tier.py)
+    never fails a simulated check for the processes it starts (a DataLoader's workers)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", "-m", "not slow", "tests/gpu"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, **NO_GPU, "GPU_TIER_DEVICE": "cpu"})
+    assert proc.returncode == 5, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "no tests collected" in proc.stdout and " deselected" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
 def test_probe_lists_groups_and_bad_arguments():
     probe = gpu_check("--probe", "--cpu")
     assert probe.returncode == 0, probe.stderr

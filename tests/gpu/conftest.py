@@ -43,6 +43,11 @@ def no_gpu_reason() -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Every check starts runs or drives a device's decoder (DataLoader workers at least):
+    # the tier belongs to the integration tier, never to `-m "not slow"` (docs/testing.md).
+    for item in items:
+        if _in_tier(item):
+            item.add_marker(pytest.mark.slow)
     if gpu_tier.FIRST_OF_EACH:
         _keep_first_of_each(config, items)
     if gpu_tier.SIMULATED or torch.cuda.is_available():
