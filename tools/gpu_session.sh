@@ -64,7 +64,8 @@
 #                                   decoder works
 #
 # Other steps (not run by default): tier (gpu_check.sh --first-of-each: one parameter set of
-# each check, 133 s on an H200, DIR/tier/), peers (bench.gpu --group peers against timm's
+# each check, 133 s on an H200, DIR/tier/; the decode group left out where tier-decode ran
+# with this --out, every parameter set of it), peers (bench.gpu --group peers against timm's
 # train.py in --peers, on the JPEG set), causes (bench.gpu --group causes and ddp-1rank; timm's
 # benchmark.py from --peers when there), loop (bench.gpu --group loop,compile).
 #
@@ -221,6 +222,11 @@ why_skipped() {  # why_skipped STEP: why the step cannot run here (nothing: it c
   esac
 }
 
+tier_groups() {  # the tier's groups; decode left out where tier-decode ran it in this --out
+  finished tier-decode || return 0  # nothing named: gpu_check.sh runs every group
+  bash launch/gpu_check.sh --list | grep -vx decode
+}
+
 command_of() {  # command_of STEP: the step's command, one word per line
   # each bench.gpu call its own --out: run names (nd-synthetic, ...) recur between groups;
   # nd-synthetic, the reference, measured once (decode) and reused by the later steps
@@ -240,7 +246,8 @@ command_of() {  # command_of STEP: the step's command, one word per line
                    --out "$out/tier-decode" decode ;;
     smi) printf '%s\n' "$python" -m imagenet_recipes.bench.gpu.processes "${sizes[@]}" -j 8 \
            --data "$jpegs" --out "$out/bench/smi" --json "$out/gpu_processes.json" ;;
-    tier) printf '%s\n' bash launch/gpu_check.sh --first-of-each "${tier[@]}" --out "$out/tier" ;;
+    tier) printf '%s\n' bash launch/gpu_check.sh --first-of-each "${tier[@]}" --out "$out/tier" \
+            $(tier_groups) ;;
     loop) printf '%s\n' "${gpu[@]}" --group loop,compile --json "$out/gpu_loop.json" ;;
     causes) printf '%s\n' "${gpu[@]}" --group causes --only ddp-1rank "${reuse[@]}" \
               ${timm_benchmark:+--timm-benchmark "$timm_benchmark"} --json "$out/gpu_causes.json" ;;
@@ -341,6 +348,8 @@ for step in "${steps[@]}"; do
   if [ $left -le 10 ]; then
     note "$step: not run, the budget is spent"; continue
   fi
+  [ "$step" != tier ] || ! finished tier-decode ||
+    note "tier: the decode group left out: tier-decode checked it in this --out"
   note "$step: ${cmd[*]} (at most $left s)"
   start=$SECONDS
   # The tier's groups stop themselves at their own limit, kept within what is left; timeout

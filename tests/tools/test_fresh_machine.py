@@ -31,11 +31,12 @@ def rows_of(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path, request):
+def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     """The GPU run as tools/README.md gives it (gpu_session.sh --archive), on the CPU at tiny
-    sizes, from a fresh clone with a Python that has torch but not this package; then the
-    steps it leaves out (the whole tier simulated, peers, causes, loop) in a second call, which
-    reuses the JPEG set; then the quickstart."""
+    sizes, from a fresh clone with a Python that has torch but not this package; then the rest
+    of the tier simulated in a second call with the same --out. The other steps' commands
+    (peers, causes, loop) are checked in test_gpu_session.py and run in test_bench_gpu.py;
+    the quickstart in test_quickstart.py."""
     env = bare_python(tmp_path / "venv", with_packages=True)
     clone = fresh_clone(tmp_path / "clone")
     assert subprocess.run(["python", "-c", "import torch, pytest"], env=env).returncode == 0
@@ -47,9 +48,10 @@ def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path, reques
     request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     env = {**env, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
 
-    archive = tmp_path / "back/gpu-run.tar.gz"
+    out, archive = tmp_path / "session", tmp_path / "back/gpu-run.tar.gz"
     started = time.monotonic()
-    run = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--archive", str(archive)],
+    run = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
+                          "--archive", str(archive)],
                          cwd=clone, env=env, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
@@ -69,7 +71,6 @@ def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path, reques
         "decode", "scripts", "tier-decode", "compile", "smi"], log
     # the JPEG set outside the records, where the next call finds it
     assert (tmp / "imagenet_recipes-jpegs/cpu/train").is_dir()
-    made = (tmp / "imagenet_recipes-jpegs/cpu/.synthetic.json").stat().st_mtime_ns
     assert f"JPEG set in {tmp}/imagenet_recipes-jpegs/cpu" in log
     probe = (back / "probe.txt").read_text()
     for decoder in ("torchcodec", "nvimgcodec", "nvimgcodec-whole"):
@@ -100,40 +101,24 @@ def test_the_gpu_run_and_the_other_steps_run_from_a_fresh_clone(tmp_path, reques
                             "__file__)"], cwd="/", env=env, capture_output=True, text=True)
     assert where.stdout.startswith(str(clone)), where.stdout
 
-    out = tmp_path / "session"
-    # stand-ins for timm's train.py and benchmark.py: the peers and causes steps run whole
-    from test_bench_gpu import STAND_IN_TIMM_BENCHMARK
-    from test_benchmarks import stand_in_peers
-
-    peers = tmp_path / "peers"
-    peers.mkdir()
-    stand_in_peers(peers)
-    (peers / "benchmark.py").write_text(STAND_IN_TIMM_BENCHMARK)
-    steps = ["--steps", "tier,peers,causes,loop"]
-    # the tier's groups two side by side, as a GPU machine runs them (three there)
-    session = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
-                              "--peers", str(peers), *steps], cwd=clone, capture_output=True,
-                             text=True, timeout=1500, env={**env, "GPU_CHECK_JOBS": "2"})
+    # the whole tier, its groups two side by side as a GPU machine runs them (three there),
+    # with the same --out: the decode group, checked by the first call's tier-decode, is left out
+    tier = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
+                           "--steps", "tier"], cwd=clone, capture_output=True, text=True,
+                          timeout=1500, env={**env, "GPU_CHECK_JOBS": "2"})
     log = (out / "session.log").read_text()
-    assert session.returncode == 0, log + session.stdout[-4000:] + session.stderr[-3000:]
-    for step in ("tier", "peers", "causes", "loop"):
-        assert f"gpu_session: {step}: exit 0 after" in log, log
-    # the first call's JPEG set, reused as it was
-    assert (tmp / "imagenet_recipes-jpegs/cpu/.synthetic.json").stat().st_mtime_ns == made
+    assert tier.returncode == 0, log + tier.stdout[-4000:] + tier.stderr[-3000:]
+    assert "gpu_session: tier: exit 0 after" in log, log
+    assert "tier: the decode group left out" in tier.stdout, tier.stdout
     assert "ModuleNotFoundError" not in (out / "tier/output.log").read_text()
-    assert_tier_record(out / "tier", GROUPS, session.stdout)
+    others = [group for group in GROUPS if group != "decode"]
+    assert_tier_record(out / "tier", others, tier.stdout)
     checks = [json.loads(line) for line in (out / "tier/checks.jsonl").read_text().splitlines()]
     entries = [c for c in checks if c["kind"] == "check" and c["group"] == "entries"]
     assert entries and all(c["status"] == "passed" for c in entries), entries
-    # the same command again goes on where it stopped: every step is done
+    # the same command again goes on where it stopped: the step is done
     again = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
-                            "--peers", str(peers), *steps], cwd=clone, capture_output=True,
-                           text=True, env=env, timeout=300)
+                            "--steps", "tier"], cwd=clone, capture_output=True, text=True,
+                           env=env, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert again.stdout.count("finished in an earlier call") == 4, again.stdout
-
-    quick = subprocess.run(["bash", "launch/quickstart.sh", "--epochs", "2"], cwd=clone,
-                           env={**env, "RECIPES_VENV": "system"}, capture_output=True,
-                           text=True, timeout=600)
-    assert quick.returncode == 0, quick.stdout[-3000:] + quick.stderr[-3000:]
-    assert "quickstart: done" in quick.stdout
+    assert again.stdout.count("finished in an earlier call") == 1, again.stdout

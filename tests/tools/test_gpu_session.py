@@ -270,6 +270,21 @@ def test_the_other_steps_run_as_named_with_the_peers_scripts_found(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_tier_after_tier_decode_in_the_same_out_leaves_the_decode_group_out(tmp_path):
+    """tier-decode runs the decode group (every parameter set on a GPU); a tier step with the
+    same --out (in that call, or a later one: `finished` reads session.log) runs the other groups
+    only, saying so."""
+    proc, calls = session(tmp_path, "--steps", "tier-decode,tier",
+                          "--data", str(tmp_path / "jpegs"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    groups = [c.split("tests/gpu/test_gpu_")[1].split(".py")[0] for c in calls
+              if "-m pytest" in c]
+    assert groups[0] == "decode" and sorted(groups[1:]) == sorted(
+        ["entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "nccl"]), groups
+    assert "tier: the decode group left out: tier-decode checked it in this --out" in proc.stdout
+
+
+@pytest.mark.slow
 def test_a_step_past_the_budget_is_cut_and_the_next_not_started(tmp_path):
     proc, calls = session(tmp_path, "--budget", "14", "--steps", "peers,causes,loop",
                           "--cpu", slow="causes")
