@@ -17,6 +17,7 @@ import torch
 
 from . import checkpoint, lifecycle, summary
 from .advice import data_wait_note, gpu_hints, out_of_memory
+from .compiled_graphs import GraphCount
 from .config import TrainConfig, UsageError, exit_on_usage_error
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
@@ -58,6 +59,7 @@ class Trainer:
         self.resume_epoch_step = 0  # optimizer steps of self.epoch already done (mid-epoch resume)
         self.stop_signal = None  # set by SIGTERM / SIGUSR1 (preemption warning)
         self._data_wait_told = False  # the note on waiting for data comes once per run
+        self.graphs = GraphCount(cfg.compile)  # with --compile: graphs made, train and val apart
         self.log = RunLog(None, enabled=False)
 
     # === setup ===================================================================================
@@ -298,7 +300,8 @@ class Trainer:
         last_logged = start
         for epoch_step in range(start, self.steps_per_epoch):
             step_start = time.perf_counter()
-            waited = self.train_step(batches, interval)
+            with self.graphs.during("train"):
+                waited = self.train_step(batches, interval)
             data_time, epoch_data_time = data_time + waited, epoch_data_time + waited
             for hook in self.step_hooks:  # an experiment's (TrainConfig.step_hooks)
                 hook(self.epoch, time.perf_counter() - step_start)
@@ -326,7 +329,7 @@ class Trainer:
                        samples_seen=self.samples_seen, **stats,
                        img_s=img_s, img_s_per_proc=img_s / strategy.world_size,
                        epoch_time=epoch_time, skipped=self._skipped(self.train_loader),
-                       **decoded)
+                       **decoded, **self.graphs.fields("train"))
         self.log.print(f" * Train epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  {img_s:.1f} img/s "
                        f"({img_s / strategy.world_size:.1f}/proc)  {epoch_time:.1f}s")
@@ -397,12 +400,14 @@ class Trainer:
             f"ETA epoch {epoch_eta}, run {run_eta}")
 
     def validate(self) -> Dict[str, float]:
-        stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
-                         self.criterion, self.strategy.all_reduce_sum)
+        with self.graphs.during("val"):
+            stats = evaluate(self.strategy.eval_model(), self.val_loader, self.device,
+                             self.criterion, self.strategy.all_reduce_sum)
         decoded = self._cpu_decoded(self.val_loader)
         self.log.write("val", epoch=self.epoch, step=self.step,
                        samples_seen=self.samples_seen, **stats,
-                       skipped=self._skipped(self.val_loader), **decoded)
+                       skipped=self._skipped(self.val_loader), **decoded,
+                       **self.graphs.fields("val"))
         self.log.print(f" * Val epoch {self.epoch}: loss {stats['loss']:.4f}  "
                        f"top1 {stats['top1']:.3f}  top5 {stats['top5']:.3f}  "
                        f"({stats['count']} images, {stats['seconds']:.1f}s)" + (

@@ -21,11 +21,12 @@ seconds) and `elapsed` (seconds since the run started). Top-k values are percent
                  parameter server adds mode and live_workers
   kind="train_epoch"  epoch, step, loss, top1, top5, count, img_s, img_s_per_proc, epoch_time,
                  skipped; with --data-backend gpu also cpu_decoded and cpu_decoded_reasons
-                 ({reason: images}, all processes)
+                 ({reason: images}, all processes); with --compile compiled_graphs (the graphs
+                 torch.compile made while this process trained, so far: 0 ran eagerly)
   kind="val"     epoch, step, loss, top1, top5, count, img_s, seconds, skipped (parameter
                  server: also train_elapsed, when the evaluated weights were taken; its
-                 stand-alone evaluator: checkpoint); cpu_decoded and cpu_decoded_reasons as
-                 train_epoch's
+                 stand-alone evaluator: checkpoint); cpu_decoded, cpu_decoded_reasons and
+                 compiled_graphs (made while it evaluated) as train_epoch's
   kind="val_ema"  with --model-ema: the moving average's validation, the fields of "val"
   kind="checkpoint"   epoch, step, path, best, seconds
   kind="end"     last record (lifecycle.write_end_record): epoch, step, best_top1, reason

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY, assert_resume_is_exact, first_conv_weight, records, run_script, weights
+from conftest import (REPO, TINY, assert_resume_is_exact, first_conv_weight, records,
+                      run_script, weights)
 
 # Every test here starts real processes. Both in one xdist group: each compiles for a minute
 # with one core busy, and two side by side would leave the other tests' worker no core.
@@ -32,6 +33,9 @@ RUN = TINY + ["-b", "4", "--steps-per-epoch", "3", "--seed", "2", "--model-ema",
 # by 6.7e-16 (measured), where one step of other training moves them by ~1e-2. 1e-9 leaves room
 # for other CPUs' kernels.
 FLOAT64_TOL = 1e-9
+# torch.compile planted to train eagerly while it evaluates compiled (tests/plants/compile)
+PLANT = REPO / "tests/plants/compile"
+EAGER_TRAINING = {"PYTHONPATH": str(PLANT), "RECIPES_PLANT_COMPILE": "eager-training"}
 
 
 @pytest.fixture
@@ -52,16 +56,24 @@ def _assert_close_states(a: dict, b: dict, tol: float) -> None:
             assert torch.equal(value, b[name]), name
 
 
+def graphs(run: Path, kind: str) -> list:
+    """compiled_graphs of each `kind` record: graphs torch.compile made in that phase so far
+    (training: train_epoch; evaluation: val), None where the record has no count."""
+    return [r.get("compiled_graphs") for r in records(run, kind)]
+
+
 def test_compiled_run_trains_and_resumes_as_the_eager_one(tiny_imagefolder, tmp_path,
                                                           inductor_cache):
     """float64, 2 epochs of 3 steps, EMA on: eager straight, compiled straight, and an eager
     first epoch resumed compiled for the second all end with the same weights, BatchNorm
-    statistics and EMA, under the same checkpoint keys (the bare model's: no `_orig_mod.`)."""
+    statistics and EMA, under the same checkpoint keys (the bare model's: no `_orig_mod.`).
+    Each compiled process made its graphs in training and in evaluation, counted apart, which
+    tells a run that trained eagerly (planted) from one that did."""
     common = RUN + ["--float64", "--epochs", "2", "--logdir", tmp_path]
 
-    def launch(name, *extra):
+    def launch(name, *extra, env=None):
         run_script("nd.py", [*common, "--run-name", name, *extra, tiny_imagefolder],
-                   env=inductor_cache)
+                   env={**inductor_cache, **(env or {})})
 
     cache = Path(inductor_cache["TORCHINDUCTOR_CACHE_DIR"])
     launch("eager")
@@ -73,6 +85,13 @@ def test_compiled_run_trains_and_resumes_as_the_eager_one(tiny_imagefolder, tmp_
     eager, compiled, resumed = (weights(tmp_path / name) for name in
                                 ("eager", "compiled", "resumed"))
     assert records(tmp_path / "compiled", "run")[0]["config"]["compile"] is True
+    # a training graph and an evaluation graph (BatchNorm in eval mode), each made once
+    for run, count in (("eager", [None, None]), ("compiled", [1, 1]), ("resumed", [None, 1])):
+        assert graphs(tmp_path / run, "train_epoch") == count, run
+        assert graphs(tmp_path / run, "val") == count, run
+    launch("planted", "--compile", "--epochs", "1", env=EAGER_TRAINING)
+    assert graphs(tmp_path / "planted", "train_epoch") == [0]
+    assert graphs(tmp_path / "planted", "val") == [1]
     assert [e["epoch"] for e in records(tmp_path / "resumed", "train_epoch")] == [0, 1]
     for state in (compiled, resumed):
         for part in ("model", "model_ema"):

@@ -156,7 +156,7 @@ def test_the_engine_package_has_no_import_cycle():
 LAYERS = (
     ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "gpu_expected",
                      "peer_flags", "presets",
-                     "progress", "metrics", "peers", "comm_hooks", "syncbn", "advice",
+                     "progress", "metrics", "compiled_graphs", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
     ("config", ("config",)),
     ("parts", ("precision", "models", "optim", "schedule", "ema", "targets", "checkpoint",
