@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-from .config import UsageError
+from .errors import UsageError
 
 LATEST = "checkpoint.pth"
 PREVIOUS = "checkpoint.prev.pth"  # the one before LATEST, kept in case LATEST is damaged

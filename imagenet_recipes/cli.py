@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-from .config import TrainConfig, UsageError, exit_on_usage_error, parse_args
+from .config import TrainConfig, exit_on_usage_error, parse_args
 from .data.loader_server import start_loader_server
+from .errors import UsageError
 from .registry import ENTRIES
 
 

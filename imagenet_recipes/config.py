@@ -19,7 +19,7 @@ from .errors import UsageError
 from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
-                       HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
+                       GPU_DECODERS, HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
                        entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
@@ -61,7 +61,7 @@ class TrainConfig:
     data_backend: str = field(default="pytorch", metadata=opt(
         DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
     gpu_decoder: str = field(default="torchcodec", metadata=opt(
-        DATA, "--gpu-decoder", choices=("torchcodec", "nvimgcodec", "nvimgcodec-whole"),
+        DATA, "--gpu-decoder", choices=tuple(GPU_DECODERS),
         help="--data-backend gpu's JPEG decoder: torchcodec (nvJPEG's CUDA decoder, whole "
              "images), nvimgcodec (nvImageCodec: only each crop's region, with the GPU's hardware "
              "JPEG decoder where it has one; nvimgcodec-whole: whole images, where regions fail)"))

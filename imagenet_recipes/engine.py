@@ -18,9 +18,10 @@ import torch
 from . import checkpoint, lifecycle, summary
 from .advice import data_wait_note, gpu_hints, out_of_memory
 from .compiled_graphs import GraphCount
-from .config import TrainConfig, UsageError, exit_on_usage_error
+from .config import TrainConfig, exit_on_usage_error
 from .data import build_loaders
 from .ema import ModelEMA, ema_decay_per_update
+from .errors import UsageError
 from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, load_command

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import checkpoint
-from .config import UsageError
+from .errors import UsageError
 from .runlog import RunLog, environment_info
 
 # Exit statuses, the same for every entry script. 2 (bad input) is config.exit_on_usage_error's.

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
-from .config import UsageError
+from .errors import UsageError
 
 # `-a timm/NAME`: NAME is one of timm's architectures (timm is installed for its optimizers).
 # Random initialisation, like torchvision's here; weights come from --pretrained FILE only.

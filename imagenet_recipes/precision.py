@@ -22,7 +22,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .config import TrainConfig, UsageError
+from .config import TrainConfig
+from .errors import UsageError
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -115,6 +115,22 @@ DATA_BACKENDS: Dict[str, DataBackend] = {
 }
 
 
+@dataclass(frozen=True)
+class GpuDecoder:
+    """One --gpu-decoder of --data-backend gpu: what it imports (so the tools can say whether
+    it is installed without importing it) and whether it decodes each crop's region only."""
+    module: str
+    regions: bool
+
+
+# --gpu-decoder choices, the default first (data/jpeg_decoders.py makes them)
+GPU_DECODERS: Dict[str, GpuDecoder] = {
+    "torchcodec": GpuDecoder("torchcodec", regions=False),  # nvJPEG's CUDA decoder
+    "nvimgcodec": GpuDecoder("nvidia.nvimgcodec", regions=True),  # and the hardware decoder
+    "nvimgcodec-whole": GpuDecoder("nvidia.nvimgcodec", regions=False),  # where regions fail
+}
+
+
 def backends_where(capability: str) -> Tuple[str, ...]:
     """The --data-backend names whose DataBackend has `capability` (a field name) set."""
     return tuple(name for name, b in DATA_BACKENDS.items() if getattr(b, capability))

@@ -61,7 +61,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
+from ..errors import UsageError
 from ..machine import cores_per_process
 from ..runlog import console
 from .augment import IMAGENET_MEAN, IMAGENET_STD, val_sizes

@@ -25,9 +25,10 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from ..config import UsageError
-from .jpeg_decoders import (GPU_DECODERS, NVIMGCODEC_PIP, TORCHCODEC_PIP, DecodedNothing,
-                            DecoderSettings, Refused, first_line, make_decoder)
+from ..errors import UsageError
+from ..registry import GPU_DECODERS
+from .jpeg_decoders import (NVIMGCODEC_PIP, TORCHCODEC_PIP, DecodedNothing, DecoderSettings,
+                            Refused, first_line, make_decoder)
 
 # What to do when a decoder cannot decode on the GPU, by decoder
 _NVIMGCODEC_FIX = (f"nvImageCodec with its nvJPEG extension ({NVIMGCODEC_PIP}); in a container, "
@@ -123,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m imagenet_recipes.data.decoder_check",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("decoder", choices=GPU_DECODERS)
+    p.add_argument("decoder", choices=tuple(GPU_DECODERS))
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cuda: the first GPU (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=256,

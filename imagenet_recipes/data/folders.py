@@ -16,7 +16,8 @@ from torchvision.io import ImageReadMode, decode_image
 
 from torchvision.transforms import v2
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
+from ..errors import UsageError
 from .augment import train_transform, val_transform
 from .batch_memory import BatchSlots, Tag, fresh_batch
 from .jpeg_decoders import NVIMGCODEC_PIP, CropRegionReader

@@ -59,7 +59,8 @@ from torchvision.io import ImageReadMode, decode_image
 from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
+from ..errors import UsageError
 from ..machine import cores_per_process
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8

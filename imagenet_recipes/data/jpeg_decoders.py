@@ -51,9 +51,8 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
-from ..config import UsageError
-
-GPU_DECODERS = ("torchcodec", "nvimgcodec", "nvimgcodec-whole")
+from ..errors import UsageError
+from ..registry import GPU_DECODERS
 TORCHCODEC_PIP = "pip install torchcodec"
 NVIMGCODEC_PIP = "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'"
 # The hardware decoder's share of each batch: DALI's own default for its mixed decoder
@@ -97,10 +96,9 @@ def import_nvimgcodec():
 
 def make_decoder(name: str, device: torch.device, settings: DecoderSettings = DecoderSettings()):
     """The --gpu-decoder `name` for a run on `device`, or a UsageError saying what to install."""
-    if name == "nvimgcodec-whole":
-        return NvImageCodecDecoder(device, settings, regions=False)
-    return {"torchcodec": TorchCodecDecoder, "nvimgcodec": NvImageCodecDecoder}[name](
-        device, settings)
+    if GPU_DECODERS[name].module == "torchcodec":
+        return TorchCodecDecoder(device, settings)
+    return NvImageCodecDecoder(device, settings, regions=GPU_DECODERS[name].regions)
 
 
 def is_device_failure(err: BaseException) -> bool:

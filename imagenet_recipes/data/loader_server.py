@@ -14,7 +14,8 @@ import os
 import tempfile
 from typing import Dict, Iterator, Optional
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
+from ..errors import UsageError
 from ..registry import DATA_BACKENDS, backends_where
 
 # The backends whose loaders run DataLoader worker processes, started from this server.

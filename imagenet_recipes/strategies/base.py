@@ -14,8 +14,9 @@ from typing import Any, List, NoReturn, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
 from ..data.sampling import Shard
+from ..errors import UsageError
 from ..gpu_expected import refusal, why_no_cuda
 from ..precision import Precision
 from ..runlog import console

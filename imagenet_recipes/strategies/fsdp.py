@@ -39,7 +39,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import fully_shard
 
-from ..config import TrainConfig, UsageError
+from ..config import TrainConfig
+from ..errors import UsageError
 from .process_group import ProcessGroupStrategy
 
 _GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)  # on rank 0, in host memory

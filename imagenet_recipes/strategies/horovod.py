@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 import torch
 import torch.nn as nn
 
-from ..config import UsageError
+from ..errors import UsageError
 from ..precision import Precision
 from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from imagenet_recipes.bench.gpu.units import GPU_DECODERS, GROUPS, PEER_ROWS, TARGETS, select
+from imagenet_recipes.bench.gpu.units import GROUPS, PEER_ROWS, TARGETS, select
+from imagenet_recipes.registry import GPU_DECODERS
 
 
 def parse_cli(argv: Optional[Sequence[str]]) -> argparse.Namespace:

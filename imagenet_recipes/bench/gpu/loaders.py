@@ -18,6 +18,7 @@ from imagenet_recipes.bench.common import REPO, installed
 from imagenet_recipes.bench.gpu.scripts import Context, common_flags, intervals, run_entry
 from imagenet_recipes.bench.gpu.units import (DECODE_ROWS, Failure, Skip, Unit, new_row,
                                               reference_of, workload)
+from imagenet_recipes.registry import GPU_DECODERS
 
 # The loader rows count over this many intervals of (workers x prefetch_factor) batches.
 LOADER_WINDOW = 10
@@ -87,10 +88,10 @@ def decode_timed(args: argparse.Namespace) -> int:
 
 
 # What a loader row's flags need installed, and the GPU decoder they decode with
-LOADER_NEEDS = {"gpu": "torchcodec", "nvimgcodec": "nvidia.nvimgcodec",
-                "nvimgcodec-whole": "nvidia.nvimgcodec", "dali-gpu": "nvidia.dali"}
 LOADER_DECODER = {"gpu": "torchcodec", "nvimgcodec": "nvimgcodec",
                   "nvimgcodec-whole": "nvimgcodec-whole"}
+LOADER_NEEDS = {**{flag: GPU_DECODERS[name].module for flag, name in LOADER_DECODER.items()},
+                "dali-gpu": "nvidia.dali"}
 
 
 def whole_images_note(args: argparse.Namespace) -> str:

@@ -35,8 +35,6 @@ TIMM_BENCHMARK_REFERENCE = {"timm-benchmark": "step-timm-work",
 DECODE_ROWS = {"pytorch": "decode-pytorch", "gpu torchcodec": "decode-gpu-torchcodec",
                "gpu nvimgcodec": "decode-gpu-nvimgcodec", "dali-gpu": "decode-dali-gpu",
                "dali-cpu": "decode-dali-cpu"}
-# The GPU decoders (--gpu-decoder), named here so that parsing the command line imports no torch
-GPU_DECODERS = ("torchcodec", "nvimgcodec", "nvimgcodec-whole")
 # A row of GPU decoding with more than this share of its images decoded on the CPU (the decoder
 # refused them) is not GPU decoding: its GPU targets are not judged, a target of its own fails
 CPU_DECODED_LIMIT = 0.01

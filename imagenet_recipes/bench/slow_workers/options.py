@@ -5,7 +5,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from ...config import TrainConfig, UsageError, opt
+from ...config import TrainConfig, opt
+from ...errors import UsageError
 from ...registry import PROCESSES
 
 SLOW_WORKERS = "slow workers (emulated, bench.slow_workers)"  # the help group of the options below

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import TrainConfig, UsageError, opt
+from ...config import TrainConfig, opt
+from ...errors import UsageError
 from ...bench.slow_workers.options import SlowWorkerOptions
 
 LOCAL_SGD = "local SGD (experiment)"  # the help group of the options below

@@ -8,7 +8,7 @@ from typing import Iterable, List, Optional
 import torch
 import torch.nn as nn
 
-from ...config import UsageError
+from ...errors import UsageError
 from ...precision import Precision
 from ...strategies.ddp import DDPStrategy
 
