@@ -170,19 +170,22 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["pytorch", "dali-cpu", "gpu"])
+@pytest.mark.parametrize("backend,accum", [("pytorch", 1), ("pytorch", 2), ("dali-cpu", 1),
+                                           ("gpu", 1)])
 def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path,
-                                                                     backend):
+                                                                     backend, accum):
     """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
     mid-epoch checkpoint and exit 75; --resume auto then ends with the same weights, bit for bit,
     as a run that was never interrupted (also taking --checkpoint-every checkpoints). With DALI
-    that takes its pipeline's random state, restored inside the epoch."""
+    that takes its pipeline's random state, restored inside the epoch; with --grad-accum 2 the
+    resumed epoch goes on at the next optimizer step's first micro-batch."""
     if backend.startswith("dali"):
         pytest.importorskip("nvidia.dali")
     if backend == "gpu":  # decodes with TorchCodec (on the CPU here)
         pytest.importorskip("torchcodec")
     common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--seed",
-                                      "4", "--logdir", tmp_path, "--data-backend", backend]
+                                      "4", "--logdir", tmp_path, "--data-backend", backend,
+                                      "--grad-accum", str(accum)]
     run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
     # The run waits after step 2 until the signal has reached it: it stops inside epoch 0, at
@@ -204,7 +207,9 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     resumed_train = [r for r in _runs_after(read_jsonl(tmp_path / "cut"), 1)
                      if r["kind"] == "train"]
     assert (resumed_train[0]["epoch"], resumed_train[0]["epoch_step"]) == (0, cut["epoch_step"] + 1)
-    assert len(resumed_train) == 16 - cut["epoch_step"]  # no step repeated, none lost
+    steps = len(records(tmp_path / "straight", "train"))  # 16, 8 with --grad-accum 2
+    assert steps == 16 // accum
+    assert len(resumed_train) == steps - cut["epoch_step"]  # no step repeated, none lost
 
 
 def _gone(pid: int) -> bool:

@@ -49,13 +49,16 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     env = {**env, "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1"}
 
     out, archive = tmp_path / "session", tmp_path / "back/gpu-run.tar.gz"
+    # A budget no busy CI machine reaches (the steps took 237 s here; --cpu's default, 840 s,
+    # is a GPU slot's 540 s stretched): how the budget cuts steps is test_gpu_session.py's
+    # question; this test's is whether every step runs from a fresh clone.
+    budget = ["--budget", "2400"]
     started = time.monotonic()
     run = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
-                          "--archive", str(archive)],
-                         cwd=clone, env=env, capture_output=True, text=True, timeout=900)
+                          "--archive", str(archive), *budget],
+                         cwd=clone, env=env, capture_output=True, text=True, timeout=2700)
     wall = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
-    assert wall < 900, wall
     print(f"the GPU run on the CPU from a fresh clone: {wall:.0f} s, archive "
           f"{archive.stat().st_size} bytes")
     assert archive.stat().st_size < 30 * 2**20
@@ -104,8 +107,8 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     # the whole tier, its groups two side by side as a GPU machine runs them (three there),
     # with the same --out: the decode group, checked by the first call's tier-decode, is left out
     tier = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
-                           "--steps", "tier"], cwd=clone, capture_output=True, text=True,
-                          timeout=1500, env={**env, "GPU_CHECK_JOBS": "2"})
+                           "--steps", "tier", *budget], cwd=clone, capture_output=True,
+                          text=True, timeout=2700, env={**env, "GPU_CHECK_JOBS": "2"})
     log = (out / "session.log").read_text()
     assert tier.returncode == 0, log + tier.stdout[-4000:] + tier.stderr[-3000:]
     assert "gpu_session: tier: exit 0 after" in log, log
@@ -119,6 +122,6 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     # the same command again goes on where it stopped: the step is done
     again = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
                             "--steps", "tier"], cwd=clone, capture_output=True, text=True,
-                           env=env, timeout=300)
+                           env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stdout.count("finished in an earlier call") == 1, again.stdout
