@@ -131,7 +131,8 @@ class TrainConfig:
         help="torchvision model name, e.g. resnet18, resnet50; timm's as timm/NAME, e.g. "
              "timm/resnet50d"))
     pretrained: Optional[str] = field(default=None, metadata=opt(
-        MODEL, "--pretrained", help="path of a local weights file (state_dict) to start from"))
+        MODEL, "--pretrained", nargs="?", const="",  # bare: pytorch/examples' (peer_flags)
+        help="path of a local weights file (state_dict) to start from"))
     zero_init_residual: bool = field(default=False, metadata=opt(
         MODEL, "--zero-init-residual", help="start the last BatchNorm of each residual block "
                                             "at zero (ResNet family; Goyal et al.)"))
@@ -529,10 +530,6 @@ def validate(cfg: TrainConfig) -> None:
         raise UsageError("-e/--evaluate needs weights to score: --resume CHECKPOINT (or a run "
                          "dir: its newest checkpoint; RUN_DIR/model_best.pth: its best), or "
                          "--pretrained FILE")
-    if cfg.pretrained and Path(cfg.pretrained).is_dir():
-        raise UsageError(f"--pretrained takes a weights FILE, got the folder {cfg.pretrained}. "
-                         "(pytorch/examples' --pretrained downloads weights; here download them "
-                         "beforehand, e.g. torchvision's resnet50-*.pth, and pass its path)")
     if cfg.ddp_comm_hook == "powersgd" and (cfg.powersgd_rank < 1
                                             or cfg.powersgd_start_step < 2):
         raise UsageError("PowerSGD needs --powersgd-rank >= 1 and --powersgd-start-step >= 2 "

@@ -20,11 +20,12 @@ from .advice import data_wait_note, gpu_hints, out_of_memory
 from .compiled_graphs import GraphCount
 from .config import TrainConfig, exit_on_usage_error
 from .data import build_loaders
+from .data.augment import smallest_crop
 from .ema import ModelEMA, ema_decay_per_update
 from .errors import UsageError
 from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
-from .models import arch_slug, build_model, load_command
+from .models import arch_slug, build_model, input_size_refusal, load_command
 from .optim import build_optimizer
 from .presets import (global_batch_target, large_batch_refusal, scaling_note,
                       split_global_batch)
@@ -67,6 +68,9 @@ class Trainer:
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
         self.device = strategy.setup_environment()
+        too_small = input_size_refusal(cfg.arch, smallest_crop(cfg))  # before reading any data
+        if too_small:
+            raise UsageError(too_small)
         strategy.channels_last = cfg.resolve_channels_last(self.device.type)
         self.precision = strategy.precision
         self.step_hooks = cfg.step_hooks(strategy.rank, strategy.world_size)

@@ -48,6 +48,28 @@ def build_model(arch: str, num_classes: int, pretrained: Optional[str] = None,
     return model
 
 
+# Every torchvision and timm classifier takes ImageNet's 224-pixel crops; some refuse smaller.
+TAKEN_BY_ALL = 224
+
+
+def input_size_refusal(arch: str, size: int) -> Optional[str]:
+    """Why `-a arch` cannot take `size`-pixel crops (its layers shrink them to nothing, or it
+    checks the size itself), from one forward pass of a blank image through a copy of the
+    model, made only below TAKEN_BY_ALL; None where it takes them."""
+    if size >= TAKEN_BY_ALL:
+        return None
+    model = build_model(arch, num_classes=2).eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, 3, size, size))
+    except (RuntimeError, ValueError, AssertionError) as err:
+        said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (f"-a {arch} cannot take {size}x{size} crops ({said}): raise --image-size "
+                f"(and --val-crop-size) to {TAKEN_BY_ALL}, ImageNet's, or pick a model that "
+                "takes small images (resnet*, timm/test_resnet)")
+    return None
+
+
 def _torchvision_model(arch: str, num_classes: int, zero_init_residual: bool) -> nn.Module:
     if arch not in available_archs():
         close = [a for a in available_archs() if a.startswith(arch[:4])][:8]

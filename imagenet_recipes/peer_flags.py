@@ -10,6 +10,7 @@ so `--lr-scheduler cosineannealinglr /data` is reported as `--lr-scheduler`, not
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Dict, Tuple
 
 from .errors import UsageError
@@ -53,6 +54,7 @@ REFUSED: Dict[str, Tuple[bool, str]] = {
                        "timm's default fills with noise)"),
     "--num-classes": (True, "the class count comes from the dataset's folders"),
     "--torchcompile": (True, "use --compile"),
+    "--no-accel": (False, "use --device cpu (pytorch/examples' way to train on the CPU)"),
 }
 
 # pytorch/examples' own process launching; here torchrun (or srun) starts the processes.
@@ -63,6 +65,20 @@ LEGACY_DIST_OPTIONS = ("--dist-url", "--dist-backend", "--world-size", "--rank",
 # upstream in 2025; the opt levels are implemented on native torch.amp (see precision.py).
 APEX_ONLY_OPTIONS = ("--keep-batchnorm-fp32", "--master-weights", "--cast-model-type",
                      "--patch-torch-functions")
+
+
+def refuse_hub_weights(pretrained) -> None:
+    """pytorch/examples' --pretrained is a switch that downloads torchvision's weights; ours takes
+    a local weights FILE. Given bare, or followed by the dataset folder (`--pretrained
+    /data/imagenet`: the switch, then the data), it is refused with the way here."""
+    why = ("nothing is downloaded here: download the weights beforehand (e.g. torchvision's "
+           "resnet50-*.pth) and pass their path, --pretrained FILE")
+    if pretrained == "":
+        raise UsageError(f"--pretrained needs a weights FILE (pytorch/examples' --pretrained "
+                         f"downloads them; {why})")
+    if pretrained and Path(pretrained).is_dir():
+        raise UsageError(f"--pretrained takes a weights FILE, got the folder {pretrained} "
+                         f"({why})")
 
 
 def add_refused_flags(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +96,7 @@ def add_refused_flags(parser: argparse.ArgumentParser) -> None:
 def refuse_other_projects_flags(ns: dict) -> None:
     """Take the refused flags out of the parsed namespace `ns`; UsageError naming the first
     group of them that was given, and what to type instead."""
+    refuse_hub_weights(ns.get("pretrained"))
     for flag, (_, hint) in REFUSED.items():
         if ns.pop("peer_" + flag.strip("-").replace("-", "_")) is not None:
             raise UsageError(f"{flag} is not an option here: {hint}")

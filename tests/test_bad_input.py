@@ -188,6 +188,25 @@ def test_unknown_arch(expect_usage_error, tiny_imagefolder):
     expect_usage_error(["-a", "resnet5000", tiny_imagefolder], "unknown architecture")
 
 
+@pytest.mark.parametrize("arch,size,crop", [("alexnet", "32", None), ("vgg11", "224", "16"),
+                                            ("vit_b_16", "64", None)])
+def test_a_crop_smaller_than_the_model_takes(expect_usage_error, tiny_imagefolder, arch, size,
+                                             crop):
+    """alexnet's and VGG's layers shrink 32 px to nothing, ViT checks its size itself: one line
+    naming the model and the crop (training's or validation's), before any data is read."""
+    extra = ["--val-crop-size", crop] if crop else []
+    expect_usage_error(["-a", arch, "--image-size", size, *extra, "-b", "2", tiny_imagefolder],
+                       f"-a {arch} cannot take {crop or size}x{crop or size} crops")
+
+
+def test_small_crops_a_model_takes_are_taken():
+    from imagenet_recipes.models import input_size_refusal
+
+    assert input_size_refusal("timm/test_resnet", 32) is None
+    assert input_size_refusal("alexnet", 224) is None  # ImageNet's size: not even built
+    assert "Output size is too small" in input_size_refusal("alexnet", 32)
+
+
 @pytest.mark.parametrize("flag", ["-b", "--epochs"])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_non_positive_sizes(expect_usage_error, tiny_imagefolder, flag, value):

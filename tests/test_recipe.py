@@ -542,6 +542,9 @@ def test_torchvision_and_timm_spellings_that_mean_the_same_are_aliases(theirs, o
     (["--output-dir", "out"], "use --logdir DIR"),
     (["--reprob", "0.25"], "use --random-erase P"),
     (["--test-only"], "use -e/--evaluate"),
+    (["--no-accel"], "use --device cpu"),
+    (["--pretrained", "--dummy"], "--pretrained needs a weights FILE .*nothing is downloaded"),
+    (["--pretrained", "-a", "resnet50"], "--pretrained needs a weights FILE"),
 ])
 def test_torchvision_and_timm_spellings_that_differ_are_refused_with_ours(argv, hint):
     # the refused flag takes its value, so the data path after it is still the data path

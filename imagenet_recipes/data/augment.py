@@ -33,6 +33,12 @@ def val_sizes(cfg: TrainConfig) -> tuple:
     return cfg.val_resize_size or val_resize_size(crop), crop
 
 
+def smallest_crop(cfg: TrainConfig) -> int:
+    """The smallest crop the model meets in training or validation."""
+    train = cfg.progressive_resize[0] if cfg.progressive_resize else cfg.image_size
+    return min(train, val_sizes(cfg)[1])
+
+
 def progressive_crop(cfg: TrainConfig, epoch: int) -> int:
     """FFCV's progressive resizing: --progressive-resize MIN MAX START END grows the train crop
     linearly from MIN (until epoch START) to MAX (from epoch END on), in steps of 32 pixels."""
