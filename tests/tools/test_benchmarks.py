@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -24,10 +26,14 @@ def test_bench_loader_threads_measures_processes_threads_and_a_step_beside(
     record = json.loads(record_path.read_text())
     assert list(record["alone"]) == ["processes, 1", "threads, 1", "processes, 2", "threads, 2"]
     assert all(r["img_s"] > 0 for r in record["alone"].values())
-    # py-spy saw the sample loop (200 Hz over 2 s), and the GIL held in part of it only:
-    # decoding and resizing release it
+    # py-spy saw the sample loop in both its runs (every sample, then only those holding the
+    # GIL), and the share is the ratio of their counts. The counts come from two runs whose pace
+    # the machine's load sets: that the loop holds the GIL for part of a sample only is shown
+    # from single looks (test_the_sample_loop_holds_the_gil_for_part_of_a_sample_only), what
+    # each run asks py-spy for with a stand-in (test_gil_share_counts_every_sample_then_...).
     gil = record["gil"]
-    assert gil["samples"] >= 100 and 0 < gil["samples_holding"] < gil["samples"]
+    assert gil["samples"] > 0 and gil["samples_holding"] > 0
+    assert gil["share"] == gil["samples_holding"] / gil["samples"]
     assert gil["sample_us"] > 0
     # beside the step: the backend's default workers on 2 cores, one
     beside = record["beside_step"]
@@ -53,6 +59,104 @@ def test_loader_threads_counts_py_spys_samples_inside_the_sample_loop_only():
               "<module> (x.py:1);sample_loop (loader_threads.py:140);decode (j.py:3) 7\n"
               "<module> (x.py:1);sample_loop (loader_threads.py:141) 5\n")
     assert _spied_samples(stacks) == 12
+
+
+def stand_in_py_spy(folder: Path) -> Path:
+    """py-spy record as gil_share calls it, standing in: it writes raw stacks to -o, 10 samples
+    inside sample_loop (4 with --gil) and 50 outside it, and prints the sample_us line of the
+    process it was to watch (30.0, 40.0 with --gil); each call's arguments go to calls.jsonl."""
+    spy = folder / "py-spy"
+    spy.write_text(f"""#!{sys.executable}
+import json, sys
+args = sys.argv[1:]
+with open({str(folder / "calls.jsonl")!r}, "a") as calls:
+    calls.write(json.dumps(args) + "\\n")
+gil = "--gil" in args
+loop = "<module> (x.py:1);sample_loop (loader_threads.py:140);decode (j.py:3)"
+with open(args[args.index("-o") + 1], "w") as out:
+    out.write(f"<module> (x.py:1);main (loader_threads.py:300) 50\\n"
+              f"{{loop}} {{1 if gil else 7}}\\n<module> (x.py:1);sample_loop (l.py:141) 3\\n")
+print("py-spy> Sampling process 200 times a second.")
+print("sample_us", 40.0 if gil else 30.0)
+""")
+    spy.chmod(0o755)
+    return spy
+
+
+@pytest.mark.slow
+def test_gil_share_counts_every_sample_then_those_holding_the_gil_inside_the_loop(tmp_path):
+    """gil_share's two py-spy runs, with a stand-in py-spy: both at 200 Hz with idle stacks, the
+    second with --gil only, each of the sample loop's process; the share is the second's count
+    inside sample_loop over the first's, whatever the stacks outside it."""
+    from imagenet_recipes.bench.loader_threads import gil_share
+
+    spy = stand_in_py_spy(tmp_path)
+    gil = gil_share(str(spy), tmp_path / "data", 8, 32, 2.0)
+    assert gil == {"share": 4 / 10, "samples": 10, "samples_holding": 4, "sample_us": 35.0}
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    child = [sys.executable, "-m", "imagenet_recipes.bench.loader_threads",
+             str(tmp_path / "data"), "-b", "8", "--image-size", "32", "--sample-loop", "2.0"]
+    for call, only_gil in zip(calls, ([], ["--gil"])):
+        out = call[call.index("-o") + 1]
+        assert call == ["record", "--rate", "200", "--format", "raw", "--idle", *only_gil, "-o",
+                        out, "--", *child]
+    assert len(calls) == 2
+
+
+def main_thread_look(spy: str, pid: int) -> tuple:
+    """One look by `py-spy dump` at the process's main thread -> (its stack as py-spy's raw
+    format writes it, a count of 1; whether it held the GIL), or None where the look failed
+    (py-spy may catch the process between frames)."""
+    look = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                          timeout=60)
+    lines = look.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines)
+                  if line.startswith("Thread ") and '"MainThread"' in line), None)
+    if look.returncode != 0 or start is None:
+        return None
+    frames = []
+    for line in lines[start + 1:]:
+        if not line.startswith("    "):
+            break
+        frames.append(line.strip())
+    # dump lists the innermost frame first, raw the outermost
+    return ";".join(reversed(frames)) + " 1", "+gil)" in lines[start]
+
+
+@pytest.mark.slow
+def test_the_sample_loop_holds_the_gil_for_part_of_a_sample_only(tiny_imagefolder):
+    """What gil_share measures, from single looks (py-spy dump) at the process it watches: the
+    stack and whether the main thread holds the GIL come from the same instant, so the share
+    does not depend on py-spy's pace. Of 40 looks inside sample_loop (as _spied_samples counts
+    a sample), some hold the GIL and some do not: decoding and resizing release it. The looks
+    are taken until there are 40, or 300 s have passed."""
+    from imagenet_recipes.bench.loader_threads import _spied_samples, py_spy
+
+    spy = py_spy()
+    # the loop's process lets any process of its user trace it (Yama's ptrace_scope 1 lets
+    # only a parent: py-spy dump is this test's child, not the loop's parent)
+    child = ("import ctypes, runpy, sys; ctypes.CDLL(None).prctl(0x59616d61, ctypes.c_ulong(-1),"
+             " 0, 0, 0); sys.argv[0] = 'loader_threads'; "
+             "runpy.run_module('imagenet_recipes.bench.loader_threads', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", child, str(tiny_imagefolder), "-b", "8",
+                             "--image-size", "32", "--sample-loop", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    inside = holding = looks = 0
+    try:
+        deadline = time.monotonic() + 300
+        while inside < 40 and time.monotonic() < deadline and proc.poll() is None:
+            look = main_thread_look(spy, proc.pid)
+            looks += 1
+            if look is not None and _spied_samples(look[0]):
+                inside += 1
+                holding += look[1]
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        output = proc.communicate()[0]
+    assert inside == 40, f"{inside} looks inside sample_loop of {looks}: {output[-2000:]}"
+    assert 0 < holding < inside, f"{holding} of {inside} looks held the GIL"
 
 
 def test_loader_threads_without_py_spy_stops_before_measuring_and_says_how_to_get_it(
