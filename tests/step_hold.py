@@ -10,12 +10,17 @@ run's step hooks (TrainConfig.step_hooks), called after the step's compute and b
 interval closes, so a stop signal that arrives while held is seen at step N itself (with -p 1).
 SCRIPT may be another such wrapper (tests/sample_trace.py).
 
-Imported, the module gives the tests' side of it: hold_env, wait_for, held, release.
+Where the test does not start the entry script itself (a tool starts it: bench.gpu.processes, a
+GPU-tier check), plant_env adds the plant tests/plants/step_hold to PYTHONPATH: every process of
+the run that imports imagenet_recipes.config then holds the same way, whatever started it.
+
+Imported, the module gives the tests' side of it: hold_env, plant_env, wait_for, held, release.
 """
 from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import time
 from pathlib import Path
@@ -30,6 +35,16 @@ def hold_env(after: int, hold_dir: Path) -> dict:
     """The environment that holds a run started through this script after step `after`."""
     hold_dir.mkdir(parents=True, exist_ok=True)
     return {"STEP_HOLD_AFTER": str(after), "STEP_HOLD_DIR": str(hold_dir)}
+
+
+def plant_env(after: int, hold_dir: Path, stop_releases: bool = False) -> dict:
+    """hold_env for runs that a tool starts with plain `python SCRIPT` or torchrun: the plant
+    (tests/plants/step_hold/sitecustomize.py) installs the hold in each process that imports
+    imagenet_recipes.config (only a training process calls it). stop_releases: a SIGTERM ends
+    the hold too (_hold_after)."""
+    path = [str(HERE / "plants" / "step_hold"), os.environ.get("PYTHONPATH", "")]
+    return {**hold_env(after, hold_dir), "PYTHONPATH": os.pathsep.join(p for p in path if p),
+            **({"STEP_HOLD_STOP_RELEASES": "1"} if stop_releases else {})}
 
 
 def wait_for(condition: Callable[[], bool], what: str, proc=None, timeout: float = 300.0,
@@ -55,7 +70,11 @@ def release(hold_dir: Path) -> None:
     (hold_dir / "release").touch()
 
 
-def _hold_after(step: int, hold_dir: Path) -> Callable[[int, float], None]:
+def _hold_after(step: int, hold_dir: Path,
+                stop_releases: bool = False) -> Callable[[int, float], None]:
+    """stop_releases (STEP_HOLD_STOP_RELEASES=1): a SIGTERM also ends the hold, once the
+    handler the run had for it has seen it (a tool that stops its run with SIGTERM, then
+    SIGKILL after a grace, has it stop at once)."""
     count = 0
     rank = os.environ.get("RANK", "0")
 
@@ -65,26 +84,51 @@ def _hold_after(step: int, hold_dir: Path) -> Callable[[int, float], None]:
         released = hold_dir / "release"
         if count != step or released.exists():
             return
+        stopped = []
+        if stop_releases:
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def on_stop(signum, frame):
+                stopped.append(signum)
+                if callable(previous):
+                    previous(signum, frame)
+                elif previous == signal.SIG_DFL:
+                    raise SystemExit(128 + signum)
+
+            signal.signal(signal.SIGTERM, on_stop)
         (hold_dir / f"held-rank{rank}").touch()
         deadline = time.monotonic() + ORPHAN_TIMEOUT_S
-        while not released.exists():
-            if time.monotonic() > deadline:
-                raise SystemExit(f"step_hold: rank {rank} not released after "
-                                 f"{ORPHAN_TIMEOUT_S} s")
-            time.sleep(0.02)
+        try:
+            while not released.exists() and not stopped:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"step_hold: rank {rank} not released after "
+                                     f"{ORPHAN_TIMEOUT_S} s")
+                time.sleep(0.02)
+        finally:
+            if stop_releases:
+                signal.signal(signal.SIGTERM, previous)
     return hold
 
 
-def _main() -> None:
+def install() -> None:
+    """Add the hold (STEP_HOLD_AFTER, STEP_HOLD_DIR) to TrainConfig's step hooks; once."""
     from imagenet_recipes.config import TrainConfig
 
-    hold = _hold_after(int(os.environ["STEP_HOLD_AFTER"]), Path(os.environ["STEP_HOLD_DIR"]))
     product_hooks = TrainConfig.step_hooks
+    if getattr(product_hooks, "step_hold", False):
+        return
+    hold = _hold_after(int(os.environ["STEP_HOLD_AFTER"]), Path(os.environ["STEP_HOLD_DIR"]),
+                       os.environ.get("STEP_HOLD_STOP_RELEASES") == "1")
 
     def step_hooks(self, rank: int, ranks: int, what: str = "processes") -> tuple:
         return (*product_hooks(self, rank, ranks, what), hold)
 
+    step_hooks.step_hold = True
     TrainConfig.step_hooks = step_hooks
+
+
+def _main() -> None:
+    install()
     script = sys.argv[1]
     sys.argv = [script, *sys.argv[2:]]
     sys.path[0] = os.path.dirname(os.path.abspath(script))  # as `python SCRIPT` has it

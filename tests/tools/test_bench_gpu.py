@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from conftest import REPO, proc_stat, run_tool
+from step_hold import plant_env
 
 from imagenet_recipes.bench import gpu
 from imagenet_recipes.bench.gpu import cli, loaders, peers, report, scripts, units
@@ -588,12 +589,15 @@ done
 def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path):
     """bench.gpu.processes: the trainer's tree (-j loader workers under it) beside nvidia-smi's
     compute processes, each marked; a stand-in nvidia-smi lists the trainer as a GPU machine
-    does; without one, the record says nvidia-smi is missing."""
+    does; without one, the record says nvidia-smi is missing.
+
+    The tool samples once the trainer logs step 5; the trainer is held after step 6 (the plant
+    tests/plants/step_hold, step_hold.plant_env) until the tool stops it, so the sample always
+    sees the training loader's workers, never validation's (which start after the epoch's 10
+    steps), however slowly the loaded machine runs the tool and the trainer."""
     from imagenet_recipes.bench.jobs import dataset_command, make_dataset
 
-    # 440 images at -b 4: the tool's 105-step epoch, so its sample at step 5 comes about 100
-    # steps before validation starts the val loader's own workers beside the training ones.
-    make_dataset(dataset_command(tmp_path / "jpegs", classes=2, train=220, val=4, min_size=40,
+    make_dataset(dataset_command(tmp_path / "jpegs", classes=2, train=20, val=4, min_size=40,
                                  max_size=60))
     smi = tmp_path / "bin/nvidia-smi"
     smi.parent.mkdir()
@@ -604,8 +608,10 @@ def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path
     for path, expected in ((f"{smi.parent}:{os.environ['PATH']}", "ok"),
                            (os.path.dirname(sys.executable) + ":/usr/bin:/bin", "missing")):
         record_path = tmp_path / f"{expected}.json"
+        # never released: the tool's SIGTERM ends the hold and the run
+        hold = plant_env(6, tmp_path / f"hold-{expected}", stop_releases=True)
         proc = run_tool("gpu.processes", *tiny, "--json", record_path, "--samples", "1",
-                        "--out", tmp_path / expected, env={"PATH": path}, timeout=200)
+                        "--out", tmp_path / expected, env={"PATH": path, **hold}, timeout=200)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         record = json.loads(record_path.read_text())
         assert record["command"].startswith("python train/nd.py -a timm/test_resnet")
