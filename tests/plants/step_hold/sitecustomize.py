@@ -12,6 +12,7 @@ adds a step hook, which only a training process calls.
 """
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -20,11 +21,10 @@ TESTS = Path(__file__).resolve().parents[2]
 
 
 def _install() -> None:
-    sys.path.insert(0, str(TESTS))
-    try:
-        import step_hold
-    finally:
-        sys.path.remove(str(TESTS))
+    # loaded from its file: the clone's folders stay off sys.path (tests/test_layout.py)
+    spec = importlib.util.spec_from_file_location("step_hold", TESTS / "step_hold.py")
+    step_hold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_hold)
     step_hold.install()
 
 
