@@ -150,7 +150,6 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     proc = _start_held("ddp.py", common + [tiny_imagefolder], hold_dir, 2, nproc=2)
     wait_for(held(hold_dir, 2), "held after step 2", proc)
     proc.send_signal(signal.SIGTERM)
-    signalled = time.monotonic()
     output = _read_until_all(proc, [f"=> rank {r}: SIGTERM received" for r in (0, 1)])
     release(hold_dir)
     output += proc.stdout.read()

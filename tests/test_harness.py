@@ -88,6 +88,12 @@ def test_starts_python_marked():
 def test_asks_git():
     subprocess.run(["git", "--version"], capture_output=True, check=True)
 
+def test_a_library_lists_the_fonts():  # matplotlib's first run on a machine
+    try:
+        subprocess.run(["fc-list", "--version"], capture_output=True)
+    except FileNotFoundError:
+        pass
+
 def test_in_process():
     assert sum(range(4)) == 6
 '''
@@ -96,7 +102,8 @@ def test_in_process():
 def test_a_test_that_starts_a_process_without_the_slow_mark_fails(tmp_path):
     """tests/process_tier.py, the tiers' rule as every test runs: on a planted file, the test
     that starts Python without @pytest.mark.slow errs, naming what it started, and the run
-    fails; the marked one, the one that only asks git, and the in-process one pass."""
+    fails; the marked one, the one that only asks git, the one where a library lists the fonts
+    and the in-process one pass."""
     (tmp_path / "test_planted.py").write_text(PLANTED_TIERS)
     shutil.copy(conftest.TESTS / "process_tier.py", tmp_path)  # `python -m`: the cwd imports
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: starts processes\n")
@@ -105,7 +112,7 @@ def test_a_test_that_starts_a_process_without_the_slow_mark_fails(tmp_path):
                           timeout=120)
     assert proc.returncode == 1, proc.stdout[-3000:]
     # the test itself passed; its teardown, where the rule is checked, errs
-    assert "4 passed, 1 error" in proc.stdout, proc.stdout[-3000:]
+    assert "5 passed, 1 error" in proc.stdout, proc.stdout[-3000:]
     errors = [line for line in proc.stdout.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and "test_starts_python_unmarked" in errors[0], errors
     assert f"the first: {sys.executable} -c pass) but is not marked @pytest.mark.slow" in \

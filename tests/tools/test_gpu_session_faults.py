@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from fresh_python import bare_python, fresh_clone
 
 pytestmark = pytest.mark.slow
