@@ -19,8 +19,8 @@ from .errors import UsageError
 from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
 from .registry import (COLLECTIVE_TIMEOUT, DATA_BACKENDS, DDP_COMM_HOOKS, ENGINE_LOOP, ENTRIES,
-                       GPU_DECODERS, HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN, WHOLE_WEIGHTS,
-                       entries_providing)
+                       GPU_DECODERS, HOROVOD_COMPRESSION, OPT_LEVELS, SHARE_GPUS, SYNC_BN,
+                       WHOLE_WEIGHTS, entries_providing)
 
 LR_SCHEDULES = ("step", "multistep", "cosine", "linear", "poly")
 WARMUP_METHODS = ("linear", "constant")
@@ -28,8 +28,6 @@ OPTIMIZERS = ("sgd", "nesterov", "adamw", "rmsprop", "lars", "lamb")
 AUTO_AUGMENT = ("none", "imagenet", "ra", "ta_wide")
 LOSSES = ("ce", "bce")
 COMM_HOOK_CHOICES = ("none", "fp16", "bf16", "powersgd")
-# The smallest train crop at which channels_last pays on a CPU (see resolve_channels_last).
-CPU_CHANNELS_LAST_MIN_CROP = 112
 
 
 # Help groups, in the order `-h` shows them (presets first: --config and what it can name).
@@ -331,22 +329,6 @@ class TrainConfig:
     @property
     def backend(self) -> str:
         return "synthetic" if self.dummy else self.data_backend
-
-    def resolve_channels_last(self, device_type: str) -> bool:
-        """--channels-last left unset: decided once the device is known. On a CPU, oneDNN's
-        convolutions train faster in channels_last at ImageNet-like crops and slower at small
-        ones (the lab's layout study, lab/README.md, "Memory layout on a CPU"), so a CPU run
-        takes it when its largest train crop is at least CPU_CHANNELS_LAST_MIN_CROP. On a GPU,
-        tensor cores prefer it with a half type at any size; fp32 on a GPU and float64 keep
-        NCHW."""
-        if self.channels_last is None:
-            if self.float64:
-                self.channels_last = False
-            elif device_type == "cpu":
-                self.channels_last = self.largest_train_crop() >= CPU_CHANNELS_LAST_MIN_CROP
-            else:
-                self.channels_last = self.opt_level != "O0"
-        return self.channels_last
 
     def largest_train_crop(self) -> int:
         """The train crop in pixels: under --progressive-resize its MAX (the loaders then ignore

@@ -27,12 +27,12 @@ from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, input_size_refusal, load_command
 from .optim import build_optimizer
-from .presets import (global_batch_target, large_batch_refusal, scaling_note,
-                      split_global_batch)
+from .presets import scaling_note
 from .progress import RunClock, duration
 from .registry import ENTRIES
+from .run_plan import plan_as_given, plan_run
 from .runlog import RunLog, console
-from .schedule import build_scheduler, lr_warnings, scaled_lr, set_position
+from .schedule import build_scheduler, lr_warnings, set_position
 from .targets import build_criterion, build_mixer
 from .validation import evaluate
 
@@ -71,7 +71,8 @@ class Trainer:
         too_small = input_size_refusal(cfg.arch, smallest_crop(cfg))  # before reading any data
         if too_small:
             raise UsageError(too_small)
-        strategy.channels_last = cfg.resolve_channels_last(self.device.type)
+        self.plan = plan_run(cfg, strategy.world_size, self.device.type)
+        strategy.channels_last = self.plan.channels_last
         self.precision = strategy.precision
         self.step_hooks = cfg.step_hooks(strategy.rank, strategy.world_size)
         self.seed = cfg.seed
@@ -80,24 +81,16 @@ class Trainer:
             make_deterministic()
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
-        target = global_batch_target(cfg)
-        if target is not None:  # --global-batch: -b and --grad-accum from the process count
-            cfg.batch_size, cfg.grad_accum = split_global_batch(target, strategy.world_size,
-                                                                cfg.batch_size)
-        self.global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
-        self.lr = scaled_lr(cfg, self.global_batch)
-        too_large = large_batch_refusal(cfg, self.global_batch, self.lr)
-        if too_large:
-            raise UsageError(too_large)
+        self.global_batch, self.lr = self.plan.global_batch, self.plan.lr
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
-            cfg, strategy.data_shard(), self.device)
+            cfg, strategy.data_shard(), self.device, self.plan)
         resume_state = self._load_resume_state(self.num_classes)
 
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
                                                        cfg.pretrained, cfg.zero_init_residual))
         self.optimizer = strategy.setup_optimizer(build_optimizer(
             cfg, strategy.module, strategy.named_optimizer_params(), self.lr))
-        self.steps_per_epoch = len(self.train_loader) // cfg.grad_accum
+        self.steps_per_epoch = len(self.train_loader) // self.plan.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         if self.steps_per_epoch == 0 and not cfg.evaluate:
@@ -170,7 +163,7 @@ class Trainer:
         whatever the number of processes; it must fall on a step boundary of this run."""
         old = state.get("config", {})
         old_world = state.get("world_size", 1)
-        old_batch = old.get("batch_size", self.cfg.batch_size) * old_world * old.get(
+        old_batch = old.get("batch_size", self.plan.batch_size) * old_world * old.get(
             "grad_accum", 1)
         # Checkpoints written before the position was kept in samples hold only their steps.
         done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
@@ -194,9 +187,11 @@ class Trainer:
         self.run_dir = lifecycle.run_directory(cfg, self._run_prefix(), resume_state,
                                                strategy.broadcast_object,
                                                writes_checkpoints=not cfg.evaluate)
-        self.log = lifecycle.open_log(self.run_dir, cfg, strategy.is_main())
+        # the records show the config as the plan resolved it (what earlier versions wrote)
+        self.run_config = self.plan.as_run(cfg)
+        self.log = lifecycle.open_log(self.run_dir, self.run_config, strategy.is_main())
         lifecycle.write_run_record(
-            self.log, cfg, self.entry, resume_state, **strategy.describe(),
+            self.log, self.run_config, self.entry, resume_state, **strategy.describe(),
             precision=self.precision.describe(), global_batch=self.global_batch, lr=self.lr,
             num_classes=self.num_classes, steps_per_epoch=self.steps_per_epoch,
             train_samples_per_rank=self.train_loader.num_samples, device=str(self.device))
@@ -204,7 +199,7 @@ class Trainer:
                        f"device {self.device}, {self._precision_text()}, global batch "
                        f"{self.global_batch}, lr {self.lr:.4g}, seed {cfg.seed}; logging to "
                        f"{self.run_dir}")
-        for line in scaling_note(cfg, strategy.world_size, self.global_batch, self.lr):
+        for line in scaling_note(cfg, self.plan):
             self.log.print(f"=> {line}")
         # None for a tool's own Trainer (bench.bare_loop, bench.gpu)
         entry = ENTRIES.get(self.entry)
@@ -354,18 +349,18 @@ class Trainer:
         model's forward (in its precision) and the strategy's backward, the optimizer step and
         the schedule. Adds the
         micro-batches' loss and hits to `meter`; returns the seconds spent waiting for data."""
-        cfg, strategy = self.cfg, self.strategy
+        strategy, accumulate = self.strategy, self.plan.grad_accum
         data_time = 0.0
-        for micro in range(cfg.grad_accum):
+        for micro in range(accumulate):
             t = time.perf_counter()
             images, targets = next(batches)
             data_time += time.perf_counter() - t
             # MixUp / CutMix: the loss sees soft targets; accuracy is scored on the labels.
             images, goal = self.mixer(images, targets) if self.mixer else (images, targets)
-            with strategy.micro_step(last=micro == cfg.grad_accum - 1):
+            with strategy.micro_step(last=micro == accumulate - 1):
                 output = self.model(images)  # in the loss's dtype, whatever the model ran in
                 loss = self.criterion(output, goal)
-                strategy.backward(loss / cfg.grad_accum)
+                strategy.backward(loss / accumulate)
             correct1, correct5 = correct_topk(output, targets)
             meter.add(len(targets), loss=loss * len(targets), correct1=correct1,
                       correct5=correct5)
@@ -377,7 +372,7 @@ class Trainer:
         if self.ema is not None:
             # torchvision's references restart the average throughout the lr warm-up.
             self.ema.update(strategy.module, dict(strategy.named_optimizer_params()), self.step,
-                            restart=self.epoch < cfg.warmup_epochs)
+                            restart=self.epoch < self.cfg.warmup_epochs)
         return data_time
 
     def _log_interval(self, sums: dict, steps: int, seconds: float, data_time: float,
@@ -513,7 +508,7 @@ class Trainer:
             "model": model_state, "optimizer": optimizer_state,
             "model_ema": self.ema.state_dict() if self.ema is not None else None,
             "precision": self.precision.state_dict(), "rng": rng,
-            "world_size": self.strategy.world_size, "config": self.cfg.to_dict(),
+            "world_size": self.strategy.world_size, "config": self.run_config.to_dict(),
         }
         keep = (epoch_step is None and self.cfg.save_every
                 and (self.epoch + 1) % self.cfg.save_every == 0)
@@ -557,10 +552,11 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
         trainer.close()
         sys.exit(lifecycle.EXIT_FAILED)
     except torch.OutOfMemoryError as err:
-        global_batch = cfg.batch_size * strategy.world_size * cfg.grad_accum
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print("error: " + out_of_memory(first_line, cfg.batch_size,
-                                         cfg.grad_accum, global_batch, cfg.opt_level),
+        # the run's plan; an out-of-memory before it was made: -b and --grad-accum as given
+        plan = getattr(trainer, "plan", None) or plan_as_given(cfg, strategy.world_size, "cuda")
+        print("error: " + out_of_memory(first_line, plan.batch_size, plan.grad_accum,
+                                         plan.global_batch, cfg.opt_level),
               file=sys.stderr, flush=True)
         if trainer is not None:
             trainer.close(teardown=False)  # the other ranks end by their own watch

@@ -144,23 +144,24 @@ def reference_of(path_text: Optional[str]) -> Optional[Dict[str, Any]]:
     return reference if isinstance(reference, dict) else None
 
 
-def scaling_note(cfg, world_size: int, global_batch: int, lr: float) -> List[str]:
-    """Lines telling how this run differs from the preset's published one in scale, and what
-    the linear scaling rule made of it; [] without a [reference] table."""
+def scaling_note(cfg, plan) -> List[str]:
+    """Lines telling how this run (its run_plan.RunPlan) differs from the preset's published one
+    in scale, and what the linear scaling rule made of it; [] without a [reference] table."""
     ref = reference_of(cfg.config)
     if not ref:
         return []
+    world_size, global_batch, lr = plan.world_size, plan.global_batch, plan.lr
     lines = [f"recipe {ref.get('name', cfg.config)}: published {ref['top1']} % top-1 in "
              f"{ref['epochs']} epochs on {ref['gpus']} GPUs, global batch "
              f"{ref['global_batch']}, peak lr {ref['lr']:g} ({ref.get('source', '')})"]
     if global_batch == ref["global_batch"]:
-        lines.append(f"this run: {world_size} process(es) x -b {cfg.batch_size} x --grad-accum "
-                     f"{cfg.grad_accum} = the published global batch; peak lr {lr:.4g}")
+        lines.append(f"this run: {world_size} process(es) x -b {plan.batch_size} x --grad-accum "
+                     f"{plan.grad_accum} = the published global batch; peak lr {lr:.4g}")
         return lines
-    lines.append(f"this run: {world_size} process(es) x -b {cfg.batch_size} x --grad-accum "
-                 f"{cfg.grad_accum} = global batch {global_batch}, so the peak lr is "
+    lines.append(f"this run: {world_size} process(es) x -b {plan.batch_size} x --grad-accum "
+                 f"{plan.grad_accum} = global batch {global_batch}, so the peak lr is "
                  f"{lr:.4g} (--lr {cfg.lr:g} per 256 images, scaled linearly)")
-    accumulate = ref["global_batch"] / (cfg.batch_size * world_size)
+    accumulate = ref["global_batch"] / (plan.batch_size * world_size)
     if accumulate > 1 and accumulate == math.floor(accumulate):
         lines.append(f"to train with the published global batch on {world_size} process(es), "
                      f"add --grad-accum {int(accumulate)}")

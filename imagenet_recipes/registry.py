@@ -90,8 +90,8 @@ OPT_LEVELS: Tuple[str, ...] = ("O0", "O1", "O2", "O3")
 @dataclass(frozen=True)
 class DataBackend:
     """One --data-backend: the module of imagenet_recipes.data that builds its loaders
-    (`build(cfg, shard, device)`, under the loader contract in data/__init__.py) and what the
-    rest of the package needs to know of it without importing it (torch, DALI)."""
+    (`build(cfg, shard, device, plan)`, under the loader contract in data/__init__.py) and what
+    the rest of the package needs to know of it without importing it (torch, DALI)."""
     module: str                     # imagenet_recipes.data.<module>
     worker_processes: bool = False  # DataLoader workers, started from the loader server
     decoding_workers: bool = False  # -j decides how many decode (processes or DALI threads)

@@ -109,13 +109,14 @@ def bare_loop_img_s(args, ddp: bool) -> list:
     import torch.multiprocessing as mp
 
     from imagenet_recipes.config import parse_args
+    from imagenet_recipes.run_plan import channels_last_for
     from imagenet_recipes.strategies import free_port
     # the layout the entry scripts choose on a CPU at this size
     cfg = parse_args(["-a", args.arch, "--image-size", str(args.image_size), "--dummy"])
-    cfg.resolve_channels_last("cpu")
+    channels_last = channels_last_for(cfg, "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_bare_process, nprocs=args.nproc, join=True,
-                 args=(args.nproc, free_port() if ddp else None, args, cfg.channels_last, tmp))
+                 args=(args.nproc, free_port() if ddp else None, args, channels_last, tmp))
         step_s = [json.loads(Path(tmp, f"{rank}.json").read_text())
                   for rank in range(args.nproc)]
     return [sum(args.batch_size / t for t in step) for step in zip(*step_s)]

@@ -1,6 +1,6 @@
 """NCHW or channels_last: one training step of the same model in each memory layout, crop size by
 crop size, in turns. The measurement behind the CPU default of `--channels-last` (unset: on from
-`imagenet_recipes.config.CPU_CHANNELS_LAST_MIN_CROP` px up).
+`imagenet_recipes.run_plan.CPU_CHANNELS_LAST_MIN_CROP` px up).
 
     launch/env.sh python lab/layout.py                  # resnet18, CPU, ~1 min on 2 cores
     launch/env.sh python lab/layout.py --sizes 64 224 -a resnet50 -b 16

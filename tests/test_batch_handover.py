@@ -91,7 +91,6 @@ def test_a_channels_last_batch_is_normalised_into_the_layout_asked_for(channels_
 def pytorch_loaders(data, workers: int):
     cfg = parse_args(["-a", "resnet18", "--image-size", str(SIZE), "-b", "4", "-j",
                       str(workers), "--device", "cpu", str(data)], entry="nd")
-    cfg.resolve_channels_last("cpu")
     train, val, _ = build_loaders(cfg, Strategy().data_shard(), torch.device("cpu"))
     return train, val
 

@@ -159,7 +159,7 @@ LAYERS = (
                      "progress", "metrics", "compiled_graphs", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
     ("config", ("config",)),
-    ("parts", ("precision", "models", "optim", "schedule", "ema", "targets", "checkpoint",
+    ("parts", ("precision", "models", "optim", "schedule", "run_plan", "ema", "targets", "checkpoint",
                "runlog", "summary", "validation", "lifecycle", "data")),
     ("strategies", ("strategies",)),
     ("loops", ("engine", "ps")),
@@ -414,3 +414,42 @@ def test_the_tools_package_names_each_of_its_modules():
     modules = sorted([p.stem for p in bench.glob("*.py") if not p.stem.startswith("_")]
                      + [p.parent.name for p in bench.glob("*/__init__.py")])
     assert [m for m in modules if not re.search(rf"\b{m}\b", listing)] == []
+
+
+# The names a parsed config goes by in the product (cfg, self.cfg, config)
+CONFIG_NAMES = ("cfg", "self.cfg", "config")
+
+
+def config_writes(source: str) -> list:
+    """The lines of `source` that write an attribute of a parsed config: an assignment (plain,
+    augmented, annotated, or into a tuple) to cfg.X / self.cfg.X / config.X, or setattr on one."""
+    writes = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "setattr" and node.args):
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        else:
+            continue
+        for target in targets:
+            for element in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if (isinstance(element, ast.Attribute)
+                        and ast.unparse(element.value) in CONFIG_NAMES):
+                    writes.append(node.lineno)
+    return sorted(set(writes))
+
+
+def test_nothing_writes_a_config_after_parsing():
+    """The run is planned once (run_plan.py): what -b, --grad-accum, --global-batch and
+    --channels-last come to is the plan's, and no module writes the parsed config (a copy
+    with the plan's values, RunPlan.as_run, is what the records show)."""
+    package = Path(imagenet_recipes.__file__).parent
+    writes = {str(p.relative_to(package)): config_writes(p.read_text())
+              for p in package.rglob("*.py")}
+    assert {path: lines for path, lines in writes.items() if lines} == {}
+    planted = ("cfg.batch_size, cfg.grad_accum = 1, 2\nself.cfg.lr *= 2\n"
+               "setattr(cfg, 'seed', 1)\nconfig.arch: str = 'x'\nother.cfg = cfg\n")
+    assert config_writes(planted) == [1, 2, 3, 4]

@@ -23,6 +23,7 @@ from imagenet_recipes.optim import build_optimizer, parameter_groups
 from imagenet_recipes.precision import Precision
 from imagenet_recipes.presets import (global_batch_target, large_batch_refusal, read_mapping,
                                       scaling_note, split_global_batch)
+from imagenet_recipes.run_plan import plan_run
 from imagenet_recipes.schedule import LrMultiplier, build_scheduler
 from imagenet_recipes.targets import build_criterion, build_mixer
 
@@ -421,10 +422,12 @@ def test_each_preset_loads_and_reproduces_its_published_lr(preset):
 
 def test_a_preset_says_what_changes_on_fewer_processes():
     cfg = parse_args(["--dummy", "--config", str(REPO / "recipes" / "torchvision_v2.toml")])
-    lines = scaling_note(cfg, world_size=2, global_batch=256, lr=0.125)
+    plan = plan_run(cfg, world_size=2, device_type="cpu")
+    assert (plan.global_batch, plan.lr) == (256, 0.125)
+    lines = scaling_note(cfg, plan)
     assert "80.858 %" in lines[0] and "global batch 1024" in lines[0]
     assert "global batch 256" in lines[1] and "--grad-accum 4" in lines[2]
-    assert scaling_note(_cfg(), 1, 256, 0.1) == []
+    assert scaling_note(_cfg(), plan_run(_cfg(), 1, "cpu")) == []
     assert not math.isnan(cfg.lr)
 
 
@@ -502,7 +505,8 @@ def test_a_preset_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
         by_name = parse_args(["--dummy", "--config", name])
         assert {k: v for k, v in by_name.to_dict().items() if k != "config"} == \
             {k: v for k, v in by_path.to_dict().items() if k != "config"}
-        assert scaling_note(by_name, 2, 256, 0.125)[0].startswith("recipe torchvision ResNet-50")
+        note = scaling_note(by_name, plan_run(by_name, 2, "cpu"))
+        assert note[0].startswith("recipe torchvision ResNet-50")
     # a file of that name in the current folder comes first
     _write(tmp_path / "torchvision_v2.toml", {"epochs": 7})
     assert parse_args(["--dummy", "--config", "torchvision_v2.toml"]).epochs == 7

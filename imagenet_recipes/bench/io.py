@@ -146,8 +146,7 @@ def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers
     """The training loader a run of this repository would use, built the same way."""
     cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
                       "--data-backend", backend, str(data)])
-    cfg.resolve_channels_last(device.type)
-    return build_loaders(cfg, Strategy().data_shard(), device)[0]
+    return build_loaders(cfg, Strategy().data_shard(), device)[0]  # planned for one process
 
 
 def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int):

@@ -1,4 +1,4 @@
-"""Data loaders behind one factory: `build_loaders(cfg, shard, device)`.
+"""Data loaders behind one factory: `build_loaders(cfg, shard, device, plan)`.
 
     sampling.py   Shard (what a loader knows of its process) and ShardedSampler (which samples,
                   in which order: the same global order for any number of processes)
@@ -50,9 +50,16 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
 
 
-def build_loaders(cfg, shard, device):
+def build_loaders(cfg, shard, device, plan=None):
     """-> (train_loader, val_loader, num_classes); loaders yield (images, targets) on device.
+    `plan`: the run's run_plan.RunPlan, whose images per forward pass, micro-batches per step
+    and memory layout the loaders follow (None: planned here for the shard's processes, as a
+    tool or a test asks).
 
     A backend's module is imported only when chosen (DALI is an optional dependency)."""
+    if plan is None:
+        from ..run_plan import plan_run
+
+        plan = plan_run(cfg, shard.world_size, device.type)
     backend = importlib.import_module(DATA_BACKENDS[cfg.backend].path)
-    return backend.build(cfg, shard, device)
+    return backend.build(cfg, shard, device, plan)

@@ -64,6 +64,7 @@ import torch
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..machine import cores_per_process
+from ..run_plan import RunPlan
 from ..runlog import console
 from .augment import IMAGENET_MEAN, IMAGENET_STD, val_sizes
 from .dali_augment import apply_policy, random_erase
@@ -155,13 +156,14 @@ class DaliLoader:
     """One split: one DALI pipeline for the run, fed this rank's files of each pass."""
 
     def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
-                 shard: Shard, device: torch.device, threads: int):
+                 plan: RunPlan, shard: Shard, device: torch.device, threads: int):
         self.fn, self.types, self.pipeline_def, self.Iterator, self.LastBatchPolicy = (
             import_dali())
         self.samples, self.train, self.cfg, self.device = samples, train, cfg, device
         self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
         self.rank, world = shard.rank, shard.world_size
-        self.batch_size, self.threads, self.epoch = cfg.batch_size, threads, 0
+        self.batch_size, self.threads, self.epoch = plan.batch_size, threads, 0
+        self.grad_accum = plan.grad_accum
         self.seed = cfg.seed
         # --split by-class (parameter server): this worker's classes only
         subset = (shard.train_subset([label for _, label in samples])
@@ -169,7 +171,7 @@ class DaliLoader:
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
                                       seed=self.seed, subset=subset,
                                       **train_sampling(cfg, train))
-        self.channels_last = cfg.channels_last
+        self.channels_last = plan.channels_last
         self.num_samples = len(self.sampler)
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
         self.left_out = damaged if self.rank == 0 else 0
@@ -191,7 +193,7 @@ class DaliLoader:
         # Training: the micro-batches the engine's steps take (full batches, as drop_last; whole
         # --grad-accum steps; at most --steps-per-epoch), less those a resumed epoch has done.
         # So every pass runs to its end, and the pipeline carries on into the next one.
-        accum = max(self.cfg.grad_accum, 1)
+        accum = max(self.grad_accum, 1)
         batches = math.ceil(self.sampler.size / self.sampler.world) // self.batch_size
         batches -= batches % accum
         if self.cfg.steps_per_epoch:
@@ -340,7 +342,7 @@ class DaliLoader:
         self._batches = None  # releases the pipeline and its threads
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device):
+def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
     import_dali()
     dali_placement(cfg.backend, device)  # fail early on dali-gpu without a GPU
     train_set, val_set = image_folders(cfg)
@@ -352,5 +354,6 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         if shard.is_main and damaged:
             console(f"note: {len(damaged)} file(s) under {dataset.root} are not complete "
                     f"JPEG/PNG images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
-        loaders.append(DaliLoader(samples, len(damaged), train, cfg, shard, device, threads))
+        loaders.append(DaliLoader(samples, len(damaged), train, cfg, plan, shard, device,
+                                  threads))
     return loaders[0], loaders[1], len(train_set.classes)

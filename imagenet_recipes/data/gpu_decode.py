@@ -62,6 +62,7 @@ from torchvision.transforms import v2
 from ..config import TrainConfig
 from ..errors import UsageError
 from ..machine import cores_per_process
+from ..run_plan import RunPlan
 from .augment import train_transform, val_sizes
 from .folders import image_folders, read_image_uint8
 from .decoder_check import check_decoder
@@ -542,13 +543,13 @@ class GpuDecodeLoader(SampledLoader):
         super().close()
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device):
+def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
     refuse_unsupported(cfg)
     # One decoder per rank, shared by its training and validation loaders (they never decode
     # at once), built as DALI builds its own, and checked on a known JPEG before any worker
     # starts: a decoder that cannot decode on the device is refused here (exit 2).
     settings = DecoderSettings(threads=cores_per_process(shard.local_world_size),
-                               batch_size=cfg.batch_size, hw_load=cfg.gpu_hw_decoder_load)
+                               batch_size=plan.batch_size, hw_load=cfg.gpu_hw_decoder_load)
     decode = make_decoder(cfg.gpu_decoder, device, settings)
     checked = check_decoder(decode, device)
     if shard.is_main:
@@ -567,12 +568,12 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=train,
                                  seed=cfg.seed, subset=subset, **train_sampling(cfg, train))
         # Training drops the last partial batch so every step has the same size on every rank.
-        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
+        loader = DataLoader(dataset, batch_size=plan.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_encoded, drop_last=train,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
         decoder = BatchDecoder(dataset, device, val_resize_crop, decode)
         size = cfg.image_size if train else val_resize_crop[1]
-        return GpuDecodeLoader(loader, sampler, decoder, size, device, cfg.channels_last)
+        return GpuDecodeLoader(loader, sampler, decoder, size, device, plan.channels_last)
 
     return make(train_folder, True), make(val_folder, False), len(train_folder.classes)

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..config import TrainConfig
+from ..run_plan import RunPlan
 from .batch_memory import BatchSlots
 from .folders import collate_uint8, image_folders, say_if_whole_decoding
 from .loader_server import ensure_loader_server, loader_worker_context
@@ -42,7 +43,7 @@ class DeviceLoader(SampledLoader):
             yield normalized, targets
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device):
+def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
     workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
@@ -59,13 +60,13 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device):
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
                                  seed=seed, subset=subset, **train_sampling(cfg, shuffle))
         slots = BatchSlots(workers)
-        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
+        loader = DataLoader(dataset, batch_size=plan.batch_size, sampler=sampler,
                             num_workers=workers,
                             collate_fn=functools.partial(collate_uint8, slots=slots),
                             pin_memory=device.type == "cuda", drop_last=drop_last,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
-        return DeviceLoader(loader, sampler, device, cfg.channels_last, slots)
+        return DeviceLoader(loader, sampler, device, plan.channels_last, slots)
 
     # Training drops the last partial batch so every step has the same size on every rank.
     train_subset = shard.train_subset(train_set.targets) if shard.train_subset else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..config import TrainConfig
+from ..run_plan import RunPlan
 from .augment import val_sizes
 from .sampling import Shard
 
@@ -48,10 +49,10 @@ class SyntheticLoader:
 
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device):
-    common = dict(batch_size=cfg.batch_size, num_classes=cfg.synthetic_classes,
+def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
+    common = dict(batch_size=plan.batch_size, num_classes=cfg.synthetic_classes,
                   rank=shard.rank, world=shard.world_size,
-                  device=device, channels_last=cfg.channels_last, seed=cfg.seed)
+                  device=device, channels_last=plan.channels_last, seed=cfg.seed)
     return (SyntheticLoader(cfg.synthetic_train_size, train=True, image_size=cfg.image_size,
                             **common),
             SyntheticLoader(cfg.synthetic_val_size, train=False, image_size=val_sizes(cfg)[1],

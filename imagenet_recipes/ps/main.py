@@ -17,6 +17,7 @@ from ..data import Shard, build_loaders
 from ..models import arch_slug, build_model
 from ..precision import Precision
 from ..registry import ENTRIES
+from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
@@ -50,9 +51,10 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
 
 def run_server(cfg: PSConfig, workers: int) -> int:
     device = pick_device(cfg.device)
-    cfg.resolve_channels_last(device.type)
+    plan = plan_as_given(cfg, workers, device.type)
+    cfg = plan.as_run(cfg)  # the server, its records and checkpoints: the config as planned
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
-    _, val_loader, num_classes = build_loaders(cfg, Shard(), device)
+    _, val_loader, num_classes = build_loaders(cfg, Shard(), device, plan)
     # The model stays on the CPU, in float32 whatever the workers compute in (their O2 masters
     # live here), or float64 with --float64.
     model = Precision(float64=cfg.float64).convert_module(

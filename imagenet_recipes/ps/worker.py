@@ -29,6 +29,7 @@ from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
 from ..precision import Precision
+from ..run_plan import plan_as_given
 from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
@@ -91,10 +92,11 @@ class Worker:
         # context on GPU 0.
         self.strategy = WorkerStrategy(cfg, worker, gpu)
         self.device = self.strategy.setup_environment()
-        self.strategy.channels_last = cfg.resolve_channels_last(self.device.type)
+        plan = plan_as_given(cfg, workers, self.device.type)
+        self.strategy.channels_last = plan.channels_last
         torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(
-            cfg, worker_shard(worker - 1, workers, cfg.split), self.device)
+            cfg, worker_shard(worker - 1, workers, cfg.split), self.device, plan)
         self.steps_per_epoch = len(self.loader)
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
