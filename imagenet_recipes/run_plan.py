@@ -58,13 +58,18 @@ def channels_last_for(cfg, device_type: str) -> bool:
     return cfg.opt_level != "O0"
 
 
+def _plan(cfg, world_size: int, device_type: str, batch_size: int, grad_accum: int) -> RunPlan:
+    """The plan at this -b and --grad-accum: the layout for the device, the linear rule's lr."""
+    global_batch = batch_size * world_size * grad_accum
+    return RunPlan(world_size, batch_size, grad_accum, channels_last_for(cfg, device_type),
+                   scaled_lr(cfg, global_batch))
+
+
 def plan_as_given(cfg, world_size: int, device_type: str) -> RunPlan:
     """-b and --grad-accum as given, on `world_size` processes: the parameter server's, whose
     update rules set their own lr (ps/update_rules.py; `lr` here is the linear rule's for one
     round of every process's batch) and which has no --global-batch."""
-    global_batch = cfg.batch_size * world_size * cfg.grad_accum
-    return RunPlan(world_size, cfg.batch_size, cfg.grad_accum,
-                   channels_last_for(cfg, device_type), scaled_lr(cfg, global_batch))
+    return _plan(cfg, world_size, device_type, cfg.batch_size, cfg.grad_accum)
 
 
 def plan_run(cfg, world_size: int, device_type: str) -> RunPlan:
@@ -74,9 +79,8 @@ def plan_run(cfg, world_size: int, device_type: str) -> RunPlan:
     target = global_batch_target(cfg)
     if target is not None:  # -b is then the most one forward pass may take
         batch_size, grad_accum = split_global_batch(target, world_size, batch_size)
-    global_batch = batch_size * world_size * grad_accum
-    lr = scaled_lr(cfg, global_batch)
-    too_large = large_batch_refusal(cfg, global_batch, lr)
+    plan = _plan(cfg, world_size, device_type, batch_size, grad_accum)
+    too_large = large_batch_refusal(cfg, plan.global_batch, plan.lr)
     if too_large:
         raise UsageError(too_large)
-    return RunPlan(world_size, batch_size, grad_accum, channels_last_for(cfg, device_type), lr)
+    return plan
