@@ -22,30 +22,41 @@ SHARE_GPUS = "several processes per GPU"
 DDP_COMM_HOOKS = "DDP communication hooks"
 HOROVOD_COMPRESSION = "Horovod's gradient compression"
 WHOLE_WEIGHTS = "whole weights on every rank"  # the engine's loop, unsharded: --model-ema
+# server processes beside the workers, which hold the weights (--mode, --num-servers)
+SERVERS = "parameter servers"
 CAPABILITIES = frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS})
+                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS, SERVERS})
 
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One way of distributing the work: the class that implements it and what it provides."""
-    path: str                  # "module:Class" in imagenet_recipes.strategies ("" : imagenet_recipes.ps runs it)
+    """One way of distributing the work: the loop that runs it and what it provides. A strategy
+    of the engine's loop (ENGINE_LOOP) names the class that implements it there; one with a loop
+    of its own names that loop's module."""
     provides: FrozenSet[str]
+    path: str = ""             # ENGINE_LOOP: "module:Class" in imagenet_recipes.strategies
+    # the module whose main(entry, description, argv) runs an entry script of this strategy
+    main: str = "imagenet_recipes.cli"
 
 
 STRATEGIES: Dict[str, StrategySpec] = {
-    "nd": StrategySpec("base:Strategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
-    "dp": StrategySpec("dp:DataParallelStrategy", frozenset({ENGINE_LOOP, WHOLE_WEIGHTS})),
-    "ddp": StrategySpec("ddp:DDPStrategy", frozenset({
-        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-        DDP_COMM_HOOKS})),
-    "hvd": StrategySpec("horovod:HorovodStrategy", frozenset({
-        ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN, HOROVOD_COMPRESSION})),
-    "fsdp": StrategySpec("fsdp:FSDPStrategy", frozenset({
-        ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN})),
-    # the parameter server: its own loop (imagenet_recipes.ps) and its own options (ps.config.PSConfig)
-    "ps": StrategySpec("", frozenset({PROCESSES, COLLECTIVE_TIMEOUT})),
+    "nd": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS}), "base:Strategy"),
+    "dp": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS}), "dp:DataParallelStrategy"),
+    "ddp": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT,
+                                   SYNC_BN, SHARE_GPUS, DDP_COMM_HOOKS}), "ddp:DDPStrategy"),
+    "hvd": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN,
+                                   HOROVOD_COMPRESSION}), "horovod:HorovodStrategy"),
+    "fsdp": StrategySpec(frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN}),
+                         "fsdp:FSDPStrategy"),
+    # the parameter server: its own loop, with its own options (ps.config.PSConfig)
+    "ps": StrategySpec(frozenset({PROCESSES, COLLECTIVE_TIMEOUT, SERVERS}),
+                       main="imagenet_recipes.ps.main"),
 }
+
+
+def engine_strategies() -> Tuple[str, ...]:
+    """The STRATEGIES the engine's loop runs (each with a Strategy class)."""
+    return tuple(name for name, spec in STRATEGIES.items() if ENGINE_LOOP in spec.provides)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,12 @@ ENTRIES: Dict[str, Entry] = {e.name: e for e in (
 def entries_providing(capability: str) -> Tuple[str, ...]:
     """The entry scripts (names) whose strategy provides `capability`."""
     return tuple(name for name, entry in ENTRIES.items() if entry.provides(capability))
+
+
+def runs_servers(entry: str) -> bool:
+    """Whether a run of `entry` (an entry name, as run records log it) has server processes
+    beside its workers: its workers are not its world size, and it has modes."""
+    return entry in ENTRIES and ENTRIES[entry].provides(SERVERS)
 
 
 # apex's opt levels, implemented on native torch.amp (precision.py says what each one does).

@@ -1,16 +1,18 @@
 """Bad input ends with one clear message and exit status 2, and writes nothing.
 
-Most checks run the entry script's own body (`imagenet_recipes.cli.main`, `imagenet_recipes.ps.main.main`) in the
-test's process, which is what the script runs after Python has started it; a few marked `slow`
+Most checks run the entry script's own body (its strategy's `main` in the registry:
+`imagenet_recipes.cli.main`, `imagenet_recipes.ps.main.main`) in the test's process, which is what the script runs after Python has started it; a few marked `slow`
 start the real script, to show that nothing between the shell and that body changes the answer.
 """
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
 
 from conftest import TINY, run_script
-from imagenet_recipes.registry import ENTRIES
+from imagenet_recipes.registry import ENTRIES, STRATEGIES
 
 
 def run_in_process(script: str, args, capsys) -> tuple:
@@ -18,13 +20,9 @@ def run_in_process(script: str, args, capsys) -> tuple:
     Loaders load in the process (-j 0): the checks here end before any worker would start."""
     entry = next(e.name for e in ENTRIES.values() if e.script == f"train/{script}")
     argv = [str(a) for a in args] + ["-j", "0"]
+    main = importlib.import_module(STRATEGIES[ENTRIES[entry].strategy].main).main
     try:
-        if entry == "ps":
-            from imagenet_recipes.ps.main import main
-            main(argv)
-        else:
-            from imagenet_recipes.cli import main
-            main(entry, argv=argv)
+        main(entry, argv=argv)
         code = 0
     except SystemExit as exit_:
         code = exit_.code

@@ -4,6 +4,7 @@ tools), and nothing edits sys.path: everything imports the installed package."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from conftest import REPO, TRAIN
 
 import imagenet_recipes
 from imagenet_recipes.config import build_parser
-from imagenet_recipes.registry import CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_LEVELS, STRATEGIES
+from imagenet_recipes.registry import (CAPABILITIES, DATA_BACKENDS, ENTRIES, OPT_LEVELS,
+                                       STRATEGIES, engine_strategies)
 
 
 def test_registry_lists_every_entry_script_under_its_own_name():
@@ -26,7 +28,9 @@ def test_registry_lists_every_entry_script_under_its_own_name():
         shim = (REPO / entry.script).read_text()  # the clone's script runs the package's module
         assert f'run_entry("{entry.name}")' in shim, entry.script
         module = (package / f"{entry.name}.py").read_text()
-        assert entry.name == "ps" or f'run(entry="{entry.name}", description=__doc__' in module
+        assert f'run(entry="{entry.name}", description=__doc__' in module, entry.name
+        main = STRATEGIES[entry.strategy].main  # the loop that runs it
+        assert f"from {main} import main as run" in module, entry.name
         assert "strategy" not in module.split("def main")[1], entry.name
 
 
@@ -34,8 +38,12 @@ def test_every_entry_names_a_strategy_class_that_exists():
     from imagenet_recipes.strategies import Strategy, strategy_class
 
     for name, spec in STRATEGIES.items():
-        if spec.path:  # "": the parameter server, which has a loop of its own (imagenet_recipes.ps)
+        # the engine's strategies have a class; one with a loop of its own (the parameter
+        # server) has none, and its loop's main
+        assert bool(spec.path) == (name in engine_strategies()), name
+        if spec.path:
             assert issubclass(strategy_class(name), Strategy), name
+        assert callable(importlib.import_module(spec.main).main), name
     assert {entry.strategy for entry in ENTRIES.values()} <= set(STRATEGIES)
 
 
@@ -76,9 +84,8 @@ def test_each_strategy_takes_the_options_its_capabilities_offer_declared_once():
     fields = {f.name: f.metadata.get("needs") for f in dataclasses.fields(TrainConfig)}
     owned = {registry.SYNC_BN, registry.SHARE_GPUS, registry.DDP_COMM_HOOKS,
              registry.HOROVOD_COMPRESSION, registry.COLLECTIVE_TIMEOUT}
-    for name, spec in STRATEGIES.items():
-        if not spec.path:
-            continue
+    for name in engine_strategies():
+        spec = STRATEGIES[name]
         cls = strategy_class(name)
         options = cls.options()
         assert set(options.values()) <= set(fields), name
@@ -120,14 +127,19 @@ def _imports(path: Path, name: str) -> set:
     return found
 
 
+def _strategy_modules() -> set:
+    """The modules of the engine's strategies' classes."""
+    return {f"imagenet_recipes.strategies.{STRATEGIES[name].path.split(':')[0]}"
+            for name in engine_strategies()}
+
+
 def _import_graph() -> dict:
     """The package's module -> the modules of it it imports, with the imports the registry makes
     by name (a data backend's module, an entry's strategy) as edges too."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {m: set(_imports(p, m) & modules.keys()) - {m} for m, p in modules.items()}
     graph["imagenet_recipes.data"] |= {b.path for b in DATA_BACKENDS.values()}
-    graph["imagenet_recipes.cli"] |= {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
-                                      for spec in STRATEGIES.values() if spec.path}
+    graph["imagenet_recipes.cli"] |= _strategy_modules()
     return graph
 
 
@@ -382,8 +394,7 @@ def test_data_backends_and_strategies_import_no_sibling():
     shows what one adds."""
     graph = _import_graph()
     backends = {b.path for b in DATA_BACKENDS.values()}
-    strategies = {f"imagenet_recipes.strategies.{spec.path.split(':')[0]}"
-                  for spec in STRATEGIES.values() if spec.path}
+    strategies = _strategy_modules()
     strategies -= {"imagenet_recipes.strategies.base"}
     for group in (backends, strategies):
         for module in group:

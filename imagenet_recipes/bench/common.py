@@ -17,6 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
+from imagenet_recipes.registry import runs_servers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,7 +137,7 @@ def logged_entry(run: dict) -> str:
 
 def logged_precision(run: dict) -> str:
     """'O1 bfloat16': the opt level and dtype of a run record."""
-    if "precision" not in run and logged_entry(run) == "ps":
+    if "precision" not in run and runs_servers(logged_entry(run)):
         # Parameter-server logs from before its run record carried `precision`: it trained in
         # fp32 only then. Any other run record without it is malformed, and says so (KeyError).
         return "O0 float32"

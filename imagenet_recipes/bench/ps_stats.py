@@ -34,6 +34,7 @@ from imagenet_recipes.bench.common import CurvePoint, Log, entry_order, logged_e
     logged_hardware, ps_rule, read_log, run_dirs, strategy_label, val_points
 
 from imagenet_recipes.ps.config import MODES
+from imagenet_recipes.registry import runs_servers
 
 @dataclass
 class Contender:
@@ -46,7 +47,7 @@ class Contender:
 
     @property
     def is_ps(self) -> bool:
-        return self.run.get("strategy") == "ps"
+        return runs_servers(logged_entry(self.run))
 
     @property
     def key(self) -> str:

@@ -19,6 +19,7 @@ from typing import Optional
 from imagenet_recipes.bench import ps_stats, sweep_stats
 from imagenet_recipes.bench.common import read_meta, repo_relative, shown_commit
 from imagenet_recipes.bench.render import render
+from imagenet_recipes.registry import runs_servers
 
 
 def _fmt(value, spec: str = ".1f", none: str = "-") -> str:
@@ -197,10 +198,10 @@ def ps_servers_block(folder: Path) -> str:
     from imagenet_recipes.bench.scaling.measured import collect_runs, cpu_comparison
 
     runs = sweep_stats.load_sweep(folder)
-    ps = [r for r in runs if r.entry == "ps" and r.stage == "throughput"]
+    ps = [r for r in runs if runs_servers(r.entry) and r.stage == "throughput"]
     if not ps:
         raise SystemExit(f"error: no parameter-server run under {folder}")
-    rows = [r for r in sweep_stats.analyze(runs) if r["entry"] == "ps"]
+    rows = [r for r in sweep_stats.analyze(runs) if runs_servers(r["entry"])]
     model = {(m["workers"], m["servers"]): m for m in cpu_comparison(
         collect_runs([folder]), PRESETS["cpu-loopback"]) if m["entry"].startswith("ps sync")}
     table = []

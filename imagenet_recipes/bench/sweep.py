@@ -51,7 +51,13 @@ from typing import List
 from imagenet_recipes.bench.common import emulated_bf16, registry
 from imagenet_recipes.bench.jobs import dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
 
-ENTRIES = registry().ENTRIES
+REGISTRY = registry()
+ENTRIES = REGISTRY.ENTRIES
+
+
+def _apex_levels(entry: str) -> bool:
+    """An entry whose own default is an opt level (ddp_apex) runs at each --apex-levels."""
+    return "opt_level" in ENTRIES[entry].defaults
 
 # The one-process run every efficiency is compared with, then every strategy that scales with
 # the process count. (DataParallel is neither: one process over the GPUs it sees.)
@@ -73,12 +79,17 @@ class Combo:
     repeat: int = 1          # the k-th run of the same combination (throughput only)
 
     @property
+    def has_servers(self) -> bool:
+        """The parameter server: server processes beside the workers, and modes."""
+        return ENTRIES[self.strategy].provides(REGISTRY.SERVERS)
+
+    @property
     def processes(self) -> int:
-        return self.workers + self.servers if self.strategy == "ps" else self.workers
+        return self.workers + self.servers if self.has_servers else self.workers
 
     @property
     def name(self) -> str:
-        parts = [f"ps_{self.mode}" if self.strategy == "ps" else self.strategy,
+        parts = [f"{self.strategy}_{self.mode}" if self.has_servers else self.strategy,
                  f"w{self.workers}", self.opt_level]
         if self.hook != "none":
             parts.append(f"hook_{self.hook}")
@@ -111,18 +122,18 @@ def combos(args) -> List[Combo]:
             if not ENTRIES[s].distributed:  # one process, whatever the worker count
                 if n == 1:
                     out.append(Combo(s, 1))
-            elif s == "ddp":
+            elif _apex_levels(s):
+                out += [Combo(s, n, opt_level=lvl) for lvl in _csv(args.apex_levels)]
+            elif ENTRIES[s].provides(REGISTRY.DDP_COMM_HOOKS):
                 for hook in _csv(args.ddp_hooks):
                     if hook == "none" or n > 1:  # one process has nothing to compress
-                        out.append(Combo("ddp", n, hook=hook))
-            elif s == "ddp_apex":
-                out += [Combo("ddp_apex", n, opt_level=lvl) for lvl in _csv(args.apex_levels)]
-            elif s == "hvd":
+                        out.append(Combo(s, n, hook=hook))
+            elif ENTRIES[s].provides(REGISTRY.HOROVOD_COMPRESSION):
                 for comp in _csv(args.hvd_compression):
                     if comp == "none" or n > 1:
-                        out.append(Combo("hvd", n, compression=comp))
-            elif s == "ps":
-                out += [Combo("ps", n, mode=m, servers=int(k)) for m in _csv(args.ps_modes)
+                        out.append(Combo(s, n, compression=comp))
+            elif ENTRIES[s].provides(REGISTRY.SERVERS):
+                out += [Combo(s, n, mode=m, servers=int(k)) for m in _csv(args.ps_modes)
                         for k in _csv(args.ps_servers)]
             else:  # fsdp: any strategy without variants of its own
                 out.append(Combo(s, n))
@@ -134,12 +145,12 @@ def combos(args) -> List[Combo]:
         for s in strategies:
             if not ENTRIES[s].distributed:
                 out.append(Combo(s, 1, stage="curves"))
-            elif s == "ddp_apex":
+            elif _apex_levels(s):
                 if not args.emulated_bf16:
                     out += [Combo(s, top, opt_level=lvl, stage="curves")
                             for lvl in _csv(args.apex_levels)]
-            elif s == "ps":
-                out += [Combo("ps", top, mode=m, stage="curves") for m in _csv(args.ps_modes)]
+            elif ENTRIES[s].provides(REGISTRY.SERVERS):
+                out += [Combo(s, top, mode=m, stage="curves") for m in _csv(args.ps_modes)]
             else:  # ddp, hvd, fsdp: any strategy without variants of its own
                 out.append(Combo(s, top, stage="curves"))
     if args.only:
@@ -155,7 +166,7 @@ def strategy_args(c: Combo) -> List[str]:
         args += ["--ddp-comm-hook", c.hook]
     if c.compression == "fp16":
         args += ["--fp16-allreduce"]
-    if c.strategy == "ps":
+    if c.has_servers:
         args += ["--mode", c.mode] + (["--num-servers", str(c.servers)] if c.servers > 1
                                       else [])
     return args
@@ -252,7 +263,8 @@ def parse(argv=None):
             "--curves-epochs": ("curves_epochs", 2), "--curves-batch": ("curves_batch", 8),
             "--curves-print-freq": ("curves_print_freq", 2)})
     # Only asked when it matters (it imports torch: seconds on a busy box).
-    args.emulated_bf16 = (not args.plot_only and "ddp_apex" in _csv(args.strategies)
+    args.emulated_bf16 = (not args.plot_only
+                          and any(_apex_levels(s) for s in _csv(args.strategies) if s in ENTRIES)
                           and any(lvl != "O0" for lvl in _csv(args.apex_levels))
                           and emulated_bf16())
     return args

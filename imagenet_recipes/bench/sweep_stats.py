@@ -36,6 +36,7 @@ from typing import Dict, List, Optional
 
 from imagenet_recipes.bench.common import CurvePoint, Log, entry_order, epoch_clock, logged_entry, \
     logged_hardware, logged_precision, read_log, run_dirs, steady, strategy_label, val_points
+from imagenet_recipes.registry import runs_servers
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 
@@ -85,13 +86,14 @@ def load_run(run_dir: Path) -> Optional[Run]:
     run = logs["run"][-1]
     cfg = run["config"]
     entry = logged_entry(run)
-    workers = run.get("workers", run["world_size"]) if entry == "ps" else run["world_size"]
+    servers = runs_servers(entry)
+    workers = run.get("workers", run["world_size"]) if servers else run["world_size"]
     variant = ""
     if run.get("comm_hook") not in (None, "none"):
         variant = f"{run['comm_hook']} hook"
     elif cfg.get("fp16_allreduce") and entry == "hvd":
         variant = "fp16 compression"
-    elif entry == "ps" and run.get("servers", 1) > 1:
+    elif servers and run.get("servers", 1) > 1:
         variant = f"{run['servers']} servers"
     r = Run(run_dir.name, logs, "curves" if run_dir.name.startswith("curves-") else "throughput",
             entry, workers, run["world_size"], logged_precision(run), variant)
@@ -100,7 +102,7 @@ def load_run(run_dir: Path) -> Optional[Run]:
     r.intervals = len(rates)
     r.img_s = statistics.median(rates) if rates else None
     r.step_time = statistics.median(steps) if steps else None
-    if entry == "ps":
+    if servers:
         first = train[0]["step"] if train else None
         sums = {k: 0.0 for k in ("comm_time", "compute_time", "wait_time")}
         for w in logs.get("worker", []):

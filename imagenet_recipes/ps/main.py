@@ -23,9 +23,6 @@ from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
 from .worker import Worker, WorkerStopped
 
-ENTRY = "ps"
-
-
 def rank_and_world() -> tuple:
     """From torchrun (RANK, WORLD_SIZE) or from srun (SLURM_PROCID, SLURM_NTASKS)."""
     for rank_var, world_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
@@ -49,7 +46,7 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
                                            _transports=transports)
 
 
-def run_server(cfg: PSConfig, workers: int) -> int:
+def run_server(cfg: PSConfig, workers: int, entry: str) -> int:
     device = pick_device(cfg.device)
     plan = plan_as_given(cfg, workers, device.type)
     cfg = plan.as_run(cfg)  # the server, its records and checkpoints: the config as planned
@@ -61,7 +58,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         build_model(cfg.arch, num_classes, cfg.pretrained, cfg.zero_init_residual))
     precision = Precision.from_config(cfg)  # the workers', as the run record describes it
     precision.bind(device, notice=lambda message: None)
-    prefix = f"{ENTRY}-{cfg.mode}-{arch_slug(cfg.arch)}-"
+    prefix = f"{entry}-{cfg.mode}-{arch_slug(cfg.arch)}-"
     resume_state = lifecycle.find_resume_state(cfg, prefix)
     if resume_state is not None:
         lifecycle.check_resume_matches(resume_state, arch=cfg.arch, num_classes=num_classes,
@@ -78,8 +75,8 @@ def run_server(cfg: PSConfig, workers: int) -> int:
     world = cfg.num_servers + workers
     rpc.init_rpc(wire.SERVER, rank=0, world_size=world, rpc_backend_options=_rpc_options(cfg))
     lifecycle.write_run_record(
-        log, cfg, ENTRY, resume_state, strategy="ps", mode=cfg.mode, world_size=world,
-        workers=workers, servers=cfg.num_servers,
+        log, cfg, entry, resume_state, strategy=ENTRIES[entry].strategy, mode=cfg.mode,
+        world_size=world, workers=workers, servers=cfg.num_servers,
         shard_sizes=[sum(server.params[i].numel() for i in s) for s in server.shards],
         push_dtype=cfg.push_dtype, backend="tensorpipe", devices_per_process=1,
         split=cfg.split,
@@ -112,7 +109,7 @@ def run_server(cfg: PSConfig, workers: int) -> int:
         # Graceful shutdown waits for every process; a lost worker never arrives.
         _shutdown(graceful=not server.lost)
     if preempted:
-        print(lifecycle.preempted_message(ENTRY, server.stop_signal), flush=True)
+        print(lifecycle.preempted_message(entry, server.stop_signal), flush=True)
         return lifecycle.PREEMPTED_EXIT_CODE
     return lifecycle.EXIT_FAILED if failed else 0
 
@@ -172,12 +169,13 @@ def _shutdown(graceful: bool) -> None:
     rpc.shutdown(graceful=False)
 
 
-def main(argv: Optional[list] = None, description: str = "",
+def main(entry: str = "ps", description: str = "", argv: Optional[list] = None,
          config_cls: type = PSConfig) -> None:
-    """train/ps.py's whole body; an experiment built on it passes its PSConfig subclass."""
+    """The whole body of an entry script of the parameter server (registry.STRATEGIES' `main`:
+    train/ps.py's); an experiment built on it passes its PSConfig subclass."""
     try:
-        cfg = parse_args(argv, description, ENTRIES[ENTRY].defaults, config_cls=config_cls,
-                         entry=ENTRY)
+        cfg = parse_args(argv, description, ENTRIES[entry].defaults, config_cls=config_cls,
+                         entry=entry)
         if cfg.evaluator:
             evaluator.watch(cfg)
             return
@@ -195,7 +193,7 @@ def main(argv: Optional[list] = None, description: str = "",
         cfg.step_hooks(0, workers, f"workers (world size - {servers} server"
                                    f"{'s' if servers > 1 else ''})")
         if rank == 0:
-            code = run_server(cfg, workers)
+            code = run_server(cfg, workers, entry)
         elif rank < servers:
             code = run_shard_server(cfg, rank, workers)
         else:

@@ -11,7 +11,7 @@ from imagenet_recipes.ps.main import main as run
 
 
 def main(argv=None) -> None:
-    run(description=__doc__, argv=argv)
+    run(entry="ps", description=__doc__, argv=argv)
 
 
 if __name__ == "__main__":

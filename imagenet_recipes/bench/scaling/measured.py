@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet_recipes.bench.common import Log, read_log, run_dirs, steady
 from imagenet_recipes.bench.kept import KEPT
 from imagenet_recipes.bench.scaling.model import MIB, Hardware, Link, Workload, predict
+from imagenet_recipes.registry import runs_servers
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,14 +127,14 @@ def cpu_comparison(runs: List[RunInfo], hw: Hardware) -> List[dict]:
             continue
         measured = statistics.median(m.img_s for m in members)
         label = entry + (f" {mode}" if mode else "") + (
-            f", {servers} servers" if entry == "ps" and servers > 1 else "")
+            f", {servers} servers" if runs_servers(entry) and servers > 1 else "")
         row = {"entry": label, "procs": world, "workers": workers, "servers": servers,
                "threads": threads, "config": key, "grad_dtype": gdt, "runs": len(members),
                "measured": measured,
                "note": "", "predicted": {}, "baseline": {}}
         nd = [r for r in runs if r.entry == "nd" and r.world_size == 1 and r.threads == threads
               and r.key == key]
-        modelled = entry in MODELLED_ENTRIES and (entry != "ps" or mode == "sync")
+        modelled = entry in MODELLED_ENTRIES and (not runs_servers(entry) or mode == "sync")
         if not modelled:
             row["note"] = f"{row['entry']}: not modelled"
         elif not nd:

@@ -24,7 +24,7 @@ class SlowPSConfig(SlowWorkerOptions, PSConfig):
 def main(description: str = "", argv: Optional[list] = None) -> None:
     from ...ps.main import main as run
 
-    run(argv, description, config_cls=SlowPSConfig)
+    run("ps", description, argv, config_cls=SlowPSConfig)
 
 
 if __name__ == "__main__":
