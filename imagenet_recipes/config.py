@@ -41,13 +41,15 @@ HELP_GROUPS = (PRESETS, DATA, AUGMENTATION, MODEL, OPTIMIZATION, REGULARIZATION,
 
 
 def opt(group: str, *flags: str, help: str, needs: Optional[str] = None,
-        elsewhere: str = "", **argparse_kwargs: Any) -> dict:
+        elsewhere: str = "", evaluation: bool = False, **argparse_kwargs: Any) -> dict:
     """Field metadata: the help group, CLI flags and help of one config field. `needs`: the
     capability (registry.CAPABILITIES) a script's strategy must provide for the option to
     mean something (default: none, every script has it); the other scripts leave it out of
-    -h and refuse it, adding `elsewhere` (where to look instead) to the message."""
+    -h and refuse it, adding `elsewhere` (where to look instead) to the message. `evaluation`:
+    the field decides a checkpoint's score, so `-e --resume CHECKPOINT` takes it from the run
+    that wrote the checkpoint (the command line still overrides)."""
     return {"group": group, "flags": flags, "help": help, "needs": needs,
-            "elsewhere": elsewhere, "argparse": argparse_kwargs}
+            "elsewhere": elsewhere, "evaluation": evaluation, "argparse": argparse_kwargs}
 
 
 @dataclass
@@ -57,7 +59,7 @@ class TrainConfig:
         DATA, "data", help="dataset root with train/ and val/ ImageFolder trees "
                            "(not needed with --dummy / --data-backend synthetic)", nargs="?"))
     data_backend: str = field(default="pytorch", metadata=opt(
-        DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS)))
+        DATA, "--data-backend", help="data loader", choices=tuple(DATA_BACKENDS), evaluation=True))
     gpu_decoder: str = field(default="torchcodec", metadata=opt(
         DATA, "--gpu-decoder", choices=tuple(GPU_DECODERS),
         help="--data-backend gpu's JPEG decoder: torchcodec (nvJPEG's CUDA decoder, whole "
@@ -71,7 +73,8 @@ class TrainConfig:
              "decoder takes (A100, H100, H200), the CUDA decoder the rest (DALI's own "
              "default); DALI's threads are -j"))
     dummy: bool = field(default=False, metadata=opt(
-        DATA, "--dummy", help="use synthetic data (same as --data-backend synthetic)"))
+        DATA, "--dummy", help="use synthetic data (same as --data-backend synthetic)",
+        evaluation=True))
     workers: int = field(default=-1, metadata=opt(
         DATA, "-j", "--workers",
         help="data loading workers per process (-1: derived from the cores)"))
@@ -81,19 +84,21 @@ class TrainConfig:
              "its saved config): its values become the defaults, and flags on the command line "
              "override them"))
     image_size: int = field(default=224, metadata=opt(
-        DATA, "--image-size", "--train-crop-size", help="train crop size"))
+        DATA, "--image-size", "--train-crop-size", help="train crop size", evaluation=True))
     val_resize_size: int = field(default=0, metadata=opt(
         DATA, "--val-resize-size",
         help="validation resizes the shorter side to this (0: val crop / 0.875, e.g. 256 for "
-             "224)"))
+             "224)", evaluation=True))
     val_crop_size: int = field(default=0, metadata=opt(
-        DATA, "--val-crop-size", help="validation center crop (0: the train crop size)"))
+        DATA, "--val-crop-size", help="validation center crop (0: the train crop size)",
+        evaluation=True))
     synthetic_train_size: int = field(default=1_281_167, metadata=opt(
         DATA, "--synthetic-train-size", help="images per epoch of the synthetic backend"))
     synthetic_val_size: int = field(default=50_000, metadata=opt(
-        DATA, "--synthetic-val-size", help="validation images of the synthetic backend"))
+        DATA, "--synthetic-val-size", help="validation images of the synthetic backend",
+        evaluation=True))
     synthetic_classes: int = field(default=1000, metadata=opt(
-        DATA, "--synthetic-classes", help="classes of the synthetic backend"))
+        DATA, "--synthetic-classes", help="classes of the synthetic backend", evaluation=True))
 
     # --- augmentation ---------------------------------------------------------------------------
     auto_augment: str = field(default="none", metadata=opt(
@@ -121,13 +126,13 @@ class TrainConfig:
         AUGMENTATION, "--progressive-resize",
         help="FFCV's progressive resizing: the train crop grows linearly from MIN to MAX "
              "pixels (multiples of 32) between epochs START and END",
-        nargs=4, type=int, metavar=("MIN", "MAX", "START", "END")))
+        nargs=4, type=int, metavar=("MIN", "MAX", "START", "END"), evaluation=True))
 
     # --- model ----------------------------------------------------------------------------------
     arch: str = field(default="resnet50", metadata=opt(
         MODEL, "-a", "--arch",
         help="torchvision model name, e.g. resnet18, resnet50; timm's as timm/NAME, e.g. "
-             "timm/resnet50d"))
+             "timm/resnet50d", evaluation=True))
     pretrained: Optional[str] = field(default=None, metadata=opt(
         MODEL, "--pretrained", nargs="?", const="",  # bare: pytorch/examples' (peer_flags)
         help="path of a local weights file (state_dict) to start from"))
@@ -138,7 +143,7 @@ class TrainConfig:
         MODEL, "--channels-last",
         help="the channels_last memory format for the model and the batches; unset: on where "
              "it is the faster layout (a CPU at crops of 112 px and more; a GPU with a half "
-             "type), off for small crops on a CPU and for fp32 on a GPU"))
+             "type), off for small crops on a CPU and for fp32 on a GPU", evaluation=True))
     compile: bool = field(default=False, metadata=opt(
         MODEL, "--compile", help="torch.compile the model", needs=ENGINE_LOOP))
 
@@ -221,15 +226,16 @@ class TrainConfig:
         help="weight decay of the other layers' biases (default: --wd)", needs=ENGINE_LOOP,
         elsewhere="the parameter server decays every parameter alike"))
     label_smoothing: float = field(default=0.0, metadata=opt(
-        REGULARIZATION, "--label-smoothing", help="label smoothing of the loss"))
+        REGULARIZATION, "--label-smoothing", help="label smoothing of the loss", evaluation=True))
     loss: str = field(default="ce", metadata=opt(
         REGULARIZATION, "--loss", help="ce: softmax cross-entropy; bce: binary cross-entropy "
         "per class on the (smoothed, mixed) targets, as in timm's ResNet strikes back",
-        choices=LOSSES, needs=ENGINE_LOOP))
+        choices=LOSSES, needs=ENGINE_LOOP, evaluation=True))
     model_ema: bool = field(default=False, metadata=opt(
         REGULARIZATION, "--model-ema", help="keep an exponential moving average of the "
         "weights, validated and checkpointed with the model", needs=WHOLE_WEIGHTS,
-        elsewhere="the average is of whole weights, which a sharding strategy does not hold"))
+        elsewhere="the average is of whole weights, which a sharding strategy does not hold",
+        evaluation=True))
     model_ema_steps: int = field(default=32, metadata=opt(
         REGULARIZATION, "--model-ema-steps", help="update the average every N optimizer "
                                                   "steps", needs=WHOLE_WEIGHTS))
@@ -244,10 +250,10 @@ class TrainConfig:
         PRECISION, "--opt-level",
         help="apex-style mixed precision level on native torch.amp: O0 fp32, O1 autocast + "
              "dynamic loss scaling, O2 half model with fp32 master weights and fp32 "
-             "BatchNorm, O3 pure half", choices=OPT_LEVELS))
+             "BatchNorm, O3 pure half", choices=OPT_LEVELS, evaluation=True))
     amp_dtype: str = field(default="auto", metadata=opt(
         PRECISION, "--amp-dtype", help="half type of O1-O3 (auto: float16 on GPU, bfloat16 on CPU)",
-        choices=("auto", "float16", "bfloat16")))
+        choices=("auto", "float16", "bfloat16"), evaluation=True))
     loss_scale: Optional[str] = field(default=None, metadata=opt(
         PRECISION, "--loss-scale",
         help="'dynamic' or a fixed number (apex's loss_scale). Default: the level's own, "
@@ -255,7 +261,8 @@ class TrainConfig:
              "needs none"))
     float64: bool = field(default=False, metadata=opt(
         PRECISION, "--float64", help="run O0 in float64 (model, inputs, loss): slow, for "
-                                     "checking that strategies compute exactly the same thing"))
+                                     "checking that strategies compute exactly the same thing",
+        evaluation=True))
 
     # --- distribution ---------------------------------------------------------------------------
     device: str = field(default="auto", metadata=opt(
@@ -470,7 +477,8 @@ def parse_args(argv: Optional[list] = None, description: str = "",
         # the file's values sit between the script's defaults and the command line
         defaults.update(config_file_defaults(early.config, config_cls))
     elif early.evaluate and early.resume and early.resume != "auto":
-        settings = checkpoint_settings(early.resume)
+        settings = checkpoint_settings(early.resume, [
+            f.name for f in dataclasses.fields(config_cls) if f.metadata.get("evaluation")])
         defaults.update(settings)
     parser = build_parser(description, defaults, config_cls, entry)
     ns = vars(parser.parse_args(argv))

@@ -19,7 +19,7 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .errors import UsageError
 
@@ -220,16 +220,9 @@ def large_batch_refusal(cfg, global_batch: int, lr: float) -> Optional[str]:
             f"published; or --allow-large-batch to train at {global_batch} anyway")
 
 
-# What decides the score of a checkpoint: `-e --resume CHECKPOINT` takes these from the run that
-# wrote it (the command line still overrides), so it measures what that run's validation did.
-EVALUATION_SETTINGS = ("arch", "image_size", "val_resize_size", "val_crop_size",
-                       "progressive_resize", "opt_level", "amp_dtype", "channels_last",
-                       "float64", "model_ema", "loss", "label_smoothing", "data_backend",
-                       "dummy", "synthetic_classes", "synthetic_val_size")
-
-
-def checkpoint_settings(resume: str) -> Dict[str, Any]:
-    """The EVALUATION_SETTINGS of the run that wrote `resume` (a checkpoint file or a run dir):
+def checkpoint_settings(resume: str, names: Sequence[str]) -> Dict[str, Any]:
+    """The settings `names` (the config's evaluation fields: what decides a checkpoint's score)
+    of the run that wrote `resume` (a checkpoint file or a run dir):
     from the run dir's config.json, else from the checkpoint's own copy of its config; {} when
     neither can be read (the checkpoint's loading then says what is wrong)."""
     path = Path(resume)
@@ -246,7 +239,7 @@ def checkpoint_settings(resume: str) -> Dict[str, Any]:
                                ).get("config") or {}
         except Exception:
             return {}
-    settings = {k: saved[k] for k in EVALUATION_SETTINGS if k in saved}
+    settings = {k: saved[k] for k in names if k in saved}
     if settings.get("progressive_resize") is not None:
         settings["progressive_resize"] = tuple(settings["progressive_resize"])
     return settings

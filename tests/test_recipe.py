@@ -606,8 +606,9 @@ def test_evaluation_takes_the_settings_of_the_checkpoints_run(tmp_path, capsys):
                 cfg.dummy) == ("resnet18", 64, "O2", "bfloat16", False, True)
         assert cfg.lr == 0.1  # training options stay this command's
         said = capsys.readouterr().out
-        assert ("=> -e: the checkpoint's run set --arch resnet18, --train-crop-size 64, "
-                "--opt-level O2, --amp-dtype bfloat16, --no-channels-last") in said
+        assert ("=> -e: the checkpoint's run set --dummy, --train-crop-size 64, --arch "
+                "resnet18, --no-channels-last, --opt-level O2, --amp-dtype bfloat16 (a flag on "
+                "the command line overrides)") in said  # in -h's order
     # the command line wins; training (no -e) takes nothing from --resume's run
     assert parse_args(["-e", "--resume", str(tmp_path / "run"), "--opt-level", "O0"]
                       ).opt_level == "O0"

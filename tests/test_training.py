@@ -304,7 +304,7 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
     # the printed command, run as printed (into another run dir), takes the model and its
     # sizes from the checkpoint's run (no -a) and scores what training logged
     evaluated = run_script("nd.py", command[2:] + ["--logdir", tmp_path, "--run-name", "eval"])
-    assert f"=> -e: the checkpoint's run set --arch {TINY[1]}, --train-crop-size 32" in \
+    assert f"=> -e: the checkpoint's run set --train-crop-size 32, --arch {TINY[1]}" in \
         evaluated.stdout and "--model-ema" in evaluated.stdout
     again = records(tmp_path / "eval", "val")[0]
     assert (again["top1"], again["count"]) == (best["top1"], best["count"]), evaluated.stdout
