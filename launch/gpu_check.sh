@@ -17,9 +17,11 @@
 # by side, each group's output printed when it ends (default: 3 on a GPU, 1 with --cpu).
 # --probe also has each GPU decoder decode a batch of a known JPEG on the device the checks
 # measure on (cuda:0; the CPU with --cpu), as a run would (--batch-size N, default 256, the
-# hardware decoder's batch path), each in a process of its own under a time limit
-# (GPU_CHECK_PROBE_LIMIT seconds, default 60): torchcodec, nvimgcodec (each sample's region) and
-# nvimgcodec-whole (whole images: nvImageCodec's way round where its regions fail). A line for
+# hardware decoder's batch path), each in a process of its own under a time limit on loading,
+# building and decoding (GPU_CHECK_PROBE_LIMIT seconds, default 60; Python's start and torch's
+# import, a minute on a busy machine, get GPU_CHECK_START_LIMIT more, default 120): torchcodec,
+# nvimgcodec (each sample's region) and nvimgcodec-whole (whole images: nvImageCodec's way round
+# where its regions fail). A line for
 # each: "decoder NAME OK: where the pixels ended up", "MISSING: the module is not installed" or
 # "BROKEN: the cause" (a refusal's message, "crashed: killed by SIGSEGV (exit 139)", "hung: no
 # answer within 60 s"; imagenet_recipes.data.decoder_check). A decoder that does not work leaves
@@ -104,14 +106,19 @@ bash launch/install_clone.sh "$python" || exit 2
 
 # probe_decoder NAME: a line with its verdict, from a process of its own under a time limit: a
 # crash or a hang is named from the exit status and never stops the probe of the others.
+# The decode's limit is the process's own (decoder_check --limit: SIGALRM, exit 142), counted
+# once torch has loaded; `timeout` only ends a process that never got that far.
 probe_decoder() {
   local name=$1 limit="${GPU_CHECK_PROBE_LIMIT:-60}" said rc began=$SECONDS verdict signal
-  said="$(timeout --kill-after=5 "$limit" "$python" -m imagenet_recipes.data.decoder_check \
-          "$name" --device "$device" --batch-size "$batch" 2>&1)"
+  local whole=$((${GPU_CHECK_START_LIMIT:-120} + limit))
+  said="$(timeout --kill-after=5 "$whole" "$python" -m imagenet_recipes.data.decoder_check \
+          "$name" --device "$device" --batch-size "$batch" --limit "$limit" 2>&1)"
   rc=$?
   verdict="$(printf '%s\n' "$said" | grep -E '^(OK|BROKEN|MISSING): ' | tail -n 1)"
-  if [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ $((SECONDS - began)) -ge "$limit" ]; }; then
+  if [ $rc -eq 142 ]; then
     verdict="BROKEN: hung: no answer within $limit s decoding a batch of $batch (killed)"
+  elif [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ $((SECONDS - began)) -ge "$whole" ]; }; then
+    verdict="BROKEN: hung: no answer within $whole s of its start (killed)"
   elif [ $rc -gt 128 ]; then
     signal="$(kill -l $((rc - 128)) 2>/dev/null || echo $((rc - 128)))"
     verdict="BROKEN: crashed: killed by SIG$signal (exit $rc) decoding a batch of $batch"

@@ -308,7 +308,9 @@ if [ -n "$wheels" ]; then  # the decoders' wheels, from files only (a system Pyt
 fi
 probe_limit=${GPU_CHECK_PROBE_LIMIT:-45}
 batch=$([ $cpu -eq 1 ] && echo 4 || echo 256)  # bench.gpu's -b, the hardware decoder's batch
-GPU_CHECK_PROBE_LIMIT=$probe_limit timeout --kill-after=10 $((3 * (probe_limit + 10) + 120)) \
+start_limit=${GPU_CHECK_START_LIMIT:-120}  # Python's start and torch's import, per decoder
+GPU_CHECK_PROBE_LIMIT=$probe_limit GPU_CHECK_START_LIMIT=$start_limit \
+  timeout --kill-after=10 $((3 * (start_limit + probe_limit + 10) + 120)) \
   bash launch/gpu_check.sh --probe --batch-size "$batch" "${tier[@]}" 2>&1 |
   tee "$out/probe.txt" | tee -a "$log"
 rc=${PIPESTATUS[0]}

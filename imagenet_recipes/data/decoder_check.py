@@ -6,9 +6,11 @@ run's batch size, under a time limit:
     python -m imagenet_recipes.data.decoder_check nvimgcodec --device cuda --batch-size 256
 
 One line: "OK: where it decodes" (exit 0), "BROKEN: the cause and the fix" (exit 1) or "MISSING:
-the module is not installed" (exit 3). A decoder
-that crashes the process or hangs prints nothing: gpu_check.sh names those from the exit status
-and its time limit, and no other decoder's verdict depends on it.
+the module is not installed" (exit 3). A decoder that crashes the process or hangs prints
+nothing: gpu_check.sh names those from the exit status, and no other decoder's verdict depends
+on it. With --limit, a decoder that takes longer to build and decode ends the process by SIGALRM
+(exit 142): the clock starts once Python, torch and torchvision have loaded and the known JPEG
+is made (a minute on a busy machine), so only the decoder's own time counts.
 
 What is decoded is what the run decodes: whole images for torchcodec and nvimgcodec-whole, each
 sample's region for nvimgcodec. So nvImageCodec's region path is checked apart from its
@@ -18,8 +20,10 @@ nvImageCodec 0.9's region batches crash on some GPUs where a batch of one passes
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import io
+import signal
 import sys
 from typing import Optional, Sequence, Tuple
 
@@ -48,6 +52,7 @@ KNOWN_SIZE = (300, 400)  # an ImageNet-sized image, as the hardware decoder meet
 REGIONS = ((8, 16, 200, 240), (100, 150, 160, 224), (37, 53, 120, 97), (0, 0, *KNOWN_SIZE))
 
 
+@functools.lru_cache(maxsize=1)
 def known_jpeg() -> Tuple[bytes, torch.Tensor]:
     """A 4:2:0 JPEG of ImageNet's size made here (a smooth colour ramp, so every decoder's chroma
     upsampling lands within a level or two of libjpeg-turbo's) and its pixels as torchvision
@@ -131,7 +136,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="images in the one call, as a run's -b (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0,
                    help="the decoder's CPU threads (default: a one-process run's share)")
+    p.add_argument("--limit", type=float, default=0,
+                   help="seconds the decoder may take to load, build and decode, counted from "
+                        "after Python's start (0: no limit); past them the process ends by "
+                        "SIGALRM, exit 142")
     args = p.parse_args(argv)
+    known_jpeg()  # torchvision's import and the reference decode: before the clock starts
+    if args.limit > 0:
+        # The signal's default action ends the process without running Python code, so a
+        # decoder stuck in C code holding the GIL ends as well.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, args.limit)
     module = "torchcodec" if args.decoder == "torchcodec" else "nvidia.nvimgcodec"
     try:
         missing = importlib.util.find_spec(module) is None

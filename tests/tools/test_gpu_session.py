@@ -110,8 +110,8 @@ def test_the_default_run_measures_decode_first_and_archives_its_records(tmp_path
     # each decoder probed in a process of its own, at bench.gpu's batch, before any step
     probes = [c.split(" | ")[0] for c in calls if "decoder_check" in c]
     assert probes == [f"-m imagenet_recipes.data.decoder_check {name} --device cuda "
-                      "--batch-size 256" for name in ("torchcodec", "nvimgcodec",
-                                                      "nvimgcodec-whole")]
+                      "--batch-size 256 --limit 45" for name in ("torchcodec", "nvimgcodec",
+                                                                 "nvimgcodec-whole")]
     assert max(i for i, c in enumerate(calls) if "decoder_check" in c) < min(
         i for i, c in enumerate(calls) if "--group decode" in c)
     # the targets judged from the records, at the end
@@ -358,9 +358,13 @@ def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
     cause, and the probe still exits 0 (the session skips what needs it)."""
     env = {**os.environ, "PYTHON": sys.executable}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
+    # a batch of 4 as gpu_session.sh --cpu probes; the timeouts only stop a probe that never
+    # ends: each decoder has its own limit, and three starts of torch take minutes on a busy CPU
+    probe = ["bash", "launch/gpu_check.sh", "--probe", "--cpu", "--batch-size", "4"]
+    proc = subprocess.run(probe, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    for package in ("torch", "nvidia.dali", "horovod"):  # what the machine has
+        assert package in proc.stdout, proc.stdout
     for decoder in ("torchcodec", "nvimgcodec", "nvimgcodec-whole"):
         assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*CPU", proc.stdout, re.M), \
             proc.stdout
@@ -373,9 +377,8 @@ def test_the_probe_decodes_with_each_decoder_and_names_a_broken_one(tmp_path):
     # elsewhere would win over a folder without __init__.py)
     (shadow.parent / "__init__.py").write_text(
         "import pkgutil\n__path__ = pkgutil.extend_path(__path__, __name__)\n")
-    proc = subprocess.run(["bash", "launch/gpu_check.sh", "--probe", "--cpu"], cwd=REPO,
-                          env={**env, "PYTHONPATH": str(tmp_path / "shadow")},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(probe, cwd=REPO, env={**env, "PYTHONPATH": str(tmp_path / "shadow")},
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [x for x in proc.stdout.splitlines() if x.startswith("gpu_check: decoder nvimgcodec")]
     assert len(lines) == 2, proc.stdout
