@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .registry import DATA_BACKENDS, backends_where
+from .registry import DATA_BACKENDS, GPU_DECODERS, backends_where
 
 
 def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
@@ -59,34 +59,26 @@ def data_wait_note(share: float, backend: str, workers: int, cores: int,
     is what helps that backend: more workers only where workers (or DALI's threads) decode and
     there are cores left; with the `gpu` backend the workers only read files, the GPU decodes
     (`cpu_decoded`: the first epoch's images it decoded on the CPU instead, all ranks)."""
-    if share < DATA_WAIT_SHARE or backend == "synthetic":
+    loader = DATA_BACKENDS[backend]
+    if share < DATA_WAIT_SHARE or loader.made_up:
         return None
     cuda = device_type == "cuda"
     fixes = []
-    if backend == "gpu" and cuda and cpu_decoded:
+    if loader.gpu_decoders and cuda and cpu_decoded:
         fixes.append(f"{cpu_decoded} images were decoded on the CPU in the training process, "
                      f"not by --gpu-decoder {gpu_decoder} (the lines after each epoch say why)")
-    if DATA_BACKENDS[backend].decoding_workers:
+    if loader.decoding_workers:
         if workers < cores - 1:
             fixes.append(f"raise -j (up to {cores - 1}, every core but one)")
         else:
             fixes.append(f"-j {workers} already uses every core but one")
-    if backend == "gpu" and cuda:
-        if gpu_decoder != "nvimgcodec":
-            fixes.append("decode only each crop's pixels, with the GPU's hardware JPEG decoder "
-                         "where it has one: --gpu-decoder nvimgcodec")
-        fixes.append("or --data-backend dali-gpu")
-    elif backend == "gpu":
-        fixes.append("on a CPU this backend decodes in the training process: --data-backend "
-                     "dali-cpu or pytorch decode in workers beside it")
-    elif backend == "dali-gpu" and cuda:
-        fixes.append("give the GPU's hardware JPEG decoder more of each batch: "
-                     "--dali-hw-decoder-load 0.9")
-    elif cuda:
+    if cuda:
+        if loader.gpu_decoders and GPU_DECODERS[gpu_decoder].faster:
+            fixes.append(GPU_DECODERS[gpu_decoder].faster)
         on_gpu = " or ".join(backends_where("gpu_decoding"))
-        fixes.append(f"decode on the GPU: --data-backend {on_gpu}")
-    elif backend == "pytorch":
-        fixes.append("decode with DALI's CPU pipeline: --data-backend dali-cpu")
+        fixes.append(loader.faster_on_gpu or f"decode on the GPU: --data-backend {on_gpu}")
+    elif loader.faster_on_cpu:
+        fixes.append(loader.faster_on_cpu)
     return (f"note: this process waited for data during {share * 100:.0f} % of the first epoch: "
             f"its loader ({backend}, -j {workers} on {cores} cores per process) is slower than "
             f"training. {'; '.join(fixes)}")

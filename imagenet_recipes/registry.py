@@ -113,6 +113,12 @@ class DataBackend:
     worker_processes: bool = False  # DataLoader workers, started from the loader server
     decoding_workers: bool = False  # -j decides how many decode (processes or DALI threads)
     gpu_decoding: bool = False      # decodes on the GPU when there is one
+    gpu_decoders: bool = False      # --gpu-decoder picks its decoder (GPU_DECODERS)
+    made_up: bool = False           # makes its batches: there is no data to wait for
+    # What to try when its loader is slower than training (advice.data_wait_note), on a GPU and
+    # on a CPU. On a GPU, by default: a backend that decodes there.
+    faster_on_gpu: str = ""
+    faster_on_cpu: str = ""
 
     @property
     def path(self) -> str:
@@ -122,13 +128,21 @@ class DataBackend:
 # --data-backend choices, in the order -h lists them.
 DATA_BACKENDS: Dict[str, DataBackend] = {
     # worker processes read and decode
-    "pytorch": DataBackend("pytorch", worker_processes=True, decoding_workers=True),
-    "synthetic": DataBackend("synthetic"),
+    "pytorch": DataBackend("pytorch", worker_processes=True, decoding_workers=True,
+                           faster_on_cpu="decode with DALI's CPU pipeline: --data-backend "
+                                         "dali-cpu"),
+    "synthetic": DataBackend("synthetic", made_up=True),
     # DALI's pipeline: CPU threads decode; dali-gpu's mixed decoder uses the GPU's as well
     "dali-cpu": DataBackend("dali", decoding_workers=True),
-    "dali-gpu": DataBackend("dali", decoding_workers=True, gpu_decoding=True),
+    "dali-gpu": DataBackend("dali", decoding_workers=True, gpu_decoding=True,
+                            faster_on_gpu="give the GPU's hardware JPEG decoder more of each "
+                                          "batch: --dali-hw-decoder-load 0.9"),
     # worker processes read the files; TorchCodec or nvImageCodec decodes the batch on the GPU
-    "gpu": DataBackend("gpu_decode", worker_processes=True, gpu_decoding=True),
+    "gpu": DataBackend("gpu_decode", worker_processes=True, gpu_decoding=True, gpu_decoders=True,
+                       faster_on_gpu="or --data-backend dali-gpu",
+                       faster_on_cpu="on a CPU this backend decodes in the training process: "
+                                     "--data-backend dali-cpu or pytorch decode in workers "
+                                     "beside it"),
 }
 
 
@@ -138,13 +152,17 @@ class GpuDecoder:
     it is installed without importing it) and whether it decodes each crop's region only."""
     module: str
     regions: bool
+    faster: str = ""  # what to try when it is slower than training (advice.data_wait_note)
 
 
+_REGIONS = ("decode only each crop's pixels, with the GPU's hardware JPEG decoder where it has "
+            "one: --gpu-decoder nvimgcodec")
 # --gpu-decoder choices, the default first (data/jpeg_decoders.py makes them)
 GPU_DECODERS: Dict[str, GpuDecoder] = {
-    "torchcodec": GpuDecoder("torchcodec", regions=False),  # nvJPEG's CUDA decoder
+    "torchcodec": GpuDecoder("torchcodec", regions=False, faster=_REGIONS),  # nvJPEG's CUDA decoder
     "nvimgcodec": GpuDecoder("nvidia.nvimgcodec", regions=True),  # and the hardware decoder
-    "nvimgcodec-whole": GpuDecoder("nvidia.nvimgcodec", regions=False),  # where regions fail
+    # where regions fail
+    "nvimgcodec-whole": GpuDecoder("nvidia.nvimgcodec", regions=False, faster=_REGIONS),
 }
 
 
