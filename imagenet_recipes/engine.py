@@ -81,7 +81,6 @@ class Trainer:
             make_deterministic()
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
-        self.global_batch, self.lr = self.plan.global_batch, self.plan.lr
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
             cfg, strategy.data_shard(), self.device, self.plan)
         resume_state = self._load_resume_state(self.num_classes)
@@ -89,14 +88,14 @@ class Trainer:
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
                                                        cfg.pretrained, cfg.zero_init_residual))
         self.optimizer = strategy.setup_optimizer(build_optimizer(
-            cfg, strategy.module, strategy.named_optimizer_params(), self.lr))
+            cfg, strategy.module, strategy.named_optimizer_params(), self.plan.lr))
         self.steps_per_epoch = len(self.train_loader) // self.plan.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         if self.steps_per_epoch == 0 and not cfg.evaluate:
             raise UsageError(f"the training set is too small for one step of global batch "
-                             f"{self.global_batch}: lower -b/--batch-size or --grad-accum")
-        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch, self.lr)
+                             f"{self.plan.global_batch}: lower -b/--batch-size or --grad-accum")
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch, self.plan.lr)
         self.criterion = build_criterion(cfg, self.num_classes)
         self.mixer = build_mixer(cfg, self.num_classes)
         if resume_state:
@@ -118,7 +117,7 @@ class Trainer:
     def _build_ema(self, resume_state: Optional[dict]) -> Optional[ModelEMA]:
         """The moving average of the bare model's weights, continued from the checkpoint's if
         it has one."""
-        ema = ModelEMA(self.strategy.module, ema_decay_per_update(self.cfg, self.global_batch),
+        ema = ModelEMA(self.strategy.module, ema_decay_per_update(self.cfg, self.plan.global_batch),
                        self.cfg.model_ema_steps)
         saved = (resume_state or {}).get("model_ema")
         if saved:
@@ -143,7 +142,7 @@ class Trainer:
         self.precision.load_state_dict(state.get("precision", {}))
         self.epoch, self.step = state["epoch"], state["step"]
         # older checkpoints: counted in this run's global batch
-        self.samples_seen = state.get("samples_seen", self.step * self.global_batch)
+        self.samples_seen = state.get("samples_seen", self.step * self.plan.global_batch)
         self.resume_epoch_step = self._resume_step_in_epoch(state)
         set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         self.best = summary.Best(state.get("best_top1", 0.0), state.get("best_epoch"))
@@ -167,17 +166,17 @@ class Trainer:
             "grad_accum", 1)
         # Checkpoints written before the position was kept in samples hold only their steps.
         done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
-        if done >= self.steps_per_epoch * self.global_batch:
+        if done >= self.steps_per_epoch * self.plan.global_batch:
             return self.steps_per_epoch  # stopped after the epoch's last step: validation is left
-        if done % self.global_batch:
+        if done % self.plan.global_batch:
             raise UsageError(
                 f"{state['path']} stopped mid-epoch after {done} samples of epoch "
                 f"{state['epoch']} (world size {old_world}, global batch {old_batch}); this run "
-                f"(world size {self.strategy.world_size}, global batch {self.global_batch}) "
-                f"cannot continue exactly there, because {self.global_batch} does not divide "
+                f"(world size {self.strategy.world_size}, global batch {self.plan.global_batch}) "
+                f"cannot continue exactly there, because {self.plan.global_batch} does not divide "
                 f"{done}. Resume with a global batch that does (-b x processes x --grad-accum), "
                 f"e.g. on {old_world} process(es), or from an end-of-epoch checkpoint")
-        return done // self.global_batch
+        return done // self.plan.global_batch
 
     def _run_prefix(self) -> str:
         return f"{self.entry}-{arch_slug(self.cfg.arch)}-"
@@ -192,13 +191,13 @@ class Trainer:
         self.log = lifecycle.open_log(self.run_dir, self.run_config, strategy.is_main())
         lifecycle.write_run_record(
             self.log, self.run_config, self.entry, resume_state, **strategy.describe(),
-            precision=self.precision.describe(), global_batch=self.global_batch, lr=self.lr,
-            num_classes=self.num_classes, steps_per_epoch=self.steps_per_epoch,
+            precision=self.precision.describe(), global_batch=self.plan.global_batch,
+            lr=self.plan.lr, num_classes=self.num_classes, steps_per_epoch=self.steps_per_epoch,
             train_samples_per_rank=self.train_loader.num_samples, device=str(self.device))
         self.log.print(f"=> {self.entry}: {cfg.arch} on {strategy.world_size} process(es), "
                        f"device {self.device}, {self._precision_text()}, global batch "
-                       f"{self.global_batch}, lr {self.lr:.4g}, seed {cfg.seed}; logging to "
-                       f"{self.run_dir}")
+                       f"{self.plan.global_batch}, lr {self.plan.lr:.4g}, seed {cfg.seed}; "
+                       f"logging to {self.run_dir}")
         for line in scaling_note(cfg, self.plan):
             self.log.print(f"=> {line}")
         # None for a tool's own Trainer (bench.bare_loop, bench.gpu)
@@ -209,7 +208,7 @@ class Trainer:
                               cfg.share_gpus) if entry else ():
             self.log.print(line)
         if not cfg.evaluate:
-            for line in lr_warnings(cfg, self.global_batch, self.lr):
+            for line in lr_warnings(cfg, self.plan.global_batch, self.plan.lr):
                 self.log.print(line)
         if resume_state and cfg.evaluate:
             self.log.print(f"=> evaluating {resume_state['path']}: the weights of epoch "
@@ -290,7 +289,7 @@ class Trainer:
         cfg, strategy = self.cfg, self.strategy
         self.model = strategy.train_model()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
-        self.train_loader.set_epoch(self.epoch, start_sample=start * self.global_batch)
+        self.train_loader.set_epoch(self.epoch, start_sample=start * self.plan.global_batch)
         interval = SumMeter(("loss", "correct1", "correct5"), self.device)
         # zeros, not empty: a resumed epoch may have no step left in this configuration
         epoch_sums = dict.fromkeys(("count", "loss", "correct1", "correct5"), 0.0)
@@ -368,7 +367,7 @@ class Trainer:
         self.optimizer.zero_grad()
         self.scheduler.step()
         self.step += 1
-        self.samples_seen += self.global_batch
+        self.samples_seen += self.plan.global_batch
         if self.ema is not None:
             # torchvision's references restart the average throughout the lr warm-up.
             self.ema.update(strategy.module, dict(strategy.named_optimizer_params()), self.step,
@@ -501,7 +500,8 @@ class Trainer:
         state = {
             "arch": self.cfg.arch, "num_classes": self.num_classes,
             "epoch": self.epoch + 1 if epoch_step is None else self.epoch,
-            "epoch_step": epoch_step or 0, "epoch_samples": (epoch_step or 0) * self.global_batch,
+            "epoch_step": epoch_step or 0,
+            "epoch_samples": (epoch_step or 0) * self.plan.global_batch,
             "step": self.step, "samples_seen": self.samples_seen, "best_top1": self.best.top1,
             "best_epoch": self.best.epoch, "best_ema_top1": self.best_ema.top1,
             "best_ema_epoch": self.best_ema.epoch,
