@@ -8,6 +8,9 @@ RECIPES_PLANT_NVIMGCODEC:
   crash           the process dies of SIGSEGV at its first decode, as nvImageCodec 0.9's region
                   batches do on H100 and B200 (nvImageCodec issue #55)
   hang            the first decode never returns
+  crash-regions-hang-whole
+                  a call with regions crashes, one with whole images hangs: both of
+                  nvImageCodec's modes broken, each its own way, in one run
   refuse-regions  every region comes back empty (None), as with nvJPEG older than 13.2 and
                   interpolated chroma; whole images decode as usual
   refuse-some     every third image of a call comes back empty: files the decoder refuses,
@@ -25,7 +28,7 @@ import sys
 import time
 
 MODE = os.environ.get("RECIPES_PLANT_NVIMGCODEC", "")
-MODES = ("crash", "hang", "refuse-regions", "refuse-some")
+MODES = ("crash", "hang", "crash-regions-hang-whole", "refuse-regions", "refuse-some")
 
 
 def _in_loader_worker() -> bool:
@@ -38,9 +41,15 @@ def _plant(module) -> None:
         def decode(self, streams, *args, **kwargs):
             if _in_loader_worker():
                 return super().decode(streams, *args, **kwargs)
-            if MODE == "crash":
+            if MODE == "crash-regions-hang-whole":
+                regions = any(stream.view is not None for stream in
+                              (streams if isinstance(streams, (list, tuple)) else [streams]))
+                fault = "crash" if regions else "hang"
+            else:
+                fault = MODE
+            if fault == "crash":
                 os.kill(os.getpid(), signal.SIGSEGV)
-            while MODE == "hang":
+            while fault == "hang":
                 time.sleep(3600)
             images = super().decode(streams, *args, **kwargs)
             if not isinstance(streams, (list, tuple)):  # one stream, one image
