@@ -401,33 +401,6 @@ def test_the_results_block_shows_each_row_from_its_latest_record_and_keeps_the_e
     assert "Targets: 2 met, 0 missed." in text
 
 
-@pytest.mark.slow
-def test_on_a_cpu_the_decode_group_measures_each_backends_pipeline_alone(tmp_path):
-    """bench.gpu --group decode (bench.decode in-process) over the loader rows' JPEG set: a row
-    per backend, each against the synthetic training rate; dali-gpu skipped without a GPU; the
-    pytorch row is its best -j, with each -j's rate beside it."""
-    record_path = tmp_path / "decode.json"
-    proc = run_tool("gpu", *TINY, "--group", "decode", "--json", record_path, "--out",
-                    tmp_path / "out", "--data", tmp_path / "jpegs", timeout=400)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {r["name"]: r for r in json.loads(record_path.read_text())["rows"]}
-    assert list(rows) == ["nd-synthetic", *units.DECODE_ROWS.values()]
-    assert rows["decode-dali-gpu"]["status"] == "skipped"
-    assert "GPU" in rows["decode-dali-gpu"]["note"]
-    for name in ("decode-pytorch", "decode-gpu-torchcodec", "decode-gpu-nvimgcodec",
-                 "decode-dali-cpu"):
-        row = rows[name]
-        assert row["status"] == "ok" and row["img_s"] > 0, row
-        assert row["reference"] == "nd-synthetic"
-        assert row["ratio"] == pytest.approx(row["img_s"] / rows["nd-synthetic"]["img_s"])
-        assert row["targets"][0]["name"] == "decode_capacity"
-        # the machine's busy CPU-seconds over the window: counted in clock ticks (10 ms), so
-        # over this tiny window only a number, not a measure
-        assert row["detail"]["cores_busy"] >= 0
-    assert rows["decode-pytorch"]["detail"]["by_workers"] == {
-        "1": pytest.approx(rows["decode-pytorch"]["img_s"], abs=0.1)}
-
-
 PLANTS = REPO / "tests/plants/nvimgcodec"
 
 
@@ -513,24 +486,41 @@ def test_the_decode_tool_refuses_a_folder_without_train_and_unknown_rows(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_later_call_reuses_the_reference_and_skips_a_decoder_found_broken(tmp_path):
-    """gpu_session.sh's calls: the decode group measures nd-synthetic; the next call, given
-    that record (--reuse), copies it instead of measuring it again and compares with it; a
-    decoder named by --skip-decoder gives skipped rows carrying the cause; --loader-window
-    sizes the loader rows' window (and the JPEG set)."""
+def test_the_decode_group_then_a_later_call_that_reuses_its_reference_and_skips_a_decoder(
+        tmp_path):
+    """gpu_session.sh's calls. The decode group (bench.decode in-process over the loader rows'
+    JPEG set) measures nd-synthetic and a row per backend, each against it: dali-gpu skipped
+    without a GPU; the pytorch row at its best -j, with each -j's rate beside it (the loader rows'
+    -j only, with --decode-workers default). The next call, given that record (--reuse), copies
+    the reference instead of measuring it again and compares with it; a decoder named by
+    --skip-decoder gives skipped rows carrying the cause (the decode group's skipped rows:
+    tests/tools/test_gpu_session_faults.py); --loader-window sizes the loader rows' window (and
+    the JPEG set)."""
     first, second = tmp_path / "decode.json", tmp_path / "scripts.json"
-    broken = ["--skip-decoder", "nvimgcodec=BROKEN per the probe", "--loader-window", "3"]
-    proc = run_tool("gpu", *TINY, "--group", "decode", "--decode-workers", "default", *broken,
+    window = ["--loader-window", "3"]
+    proc = run_tool("gpu", *TINY, "--group", "decode", "--decode-workers", "default", *window,
                     "--json", first, "--out", tmp_path / "out1", "--data", tmp_path / "jpegs",
                     timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads(first.read_text())["rows"]}
-    assert rows["decode-gpu-nvimgcodec"]["status"] == "skipped"
-    assert rows["decode-gpu-nvimgcodec"]["note"] == "nvimgcodec: BROKEN per the probe"
-    assert rows["decode-gpu-torchcodec"]["status"] == "ok"
-    assert list(rows["decode-pytorch"]["detail"]["by_workers"]) == ["1"]  # the loader rows' -j
+    assert list(rows) == ["nd-synthetic", *units.DECODE_ROWS.values()]
+    assert rows["decode-dali-gpu"]["status"] == "skipped"
+    assert "GPU" in rows["decode-dali-gpu"]["note"]
+    for name in ("decode-pytorch", "decode-gpu-torchcodec", "decode-gpu-nvimgcodec",
+                 "decode-dali-cpu"):
+        row = rows[name]
+        assert row["status"] == "ok" and row["img_s"] > 0, row
+        assert row["reference"] == "nd-synthetic"
+        assert row["ratio"] == pytest.approx(row["img_s"] / rows["nd-synthetic"]["img_s"])
+        assert row["targets"][0]["name"] == "decode_capacity"
+        # the machine's busy CPU-seconds over the window: counted in clock ticks (10 ms), so
+        # over this tiny window only a number, not a measure
+        assert row["detail"]["cores_busy"] >= 0
+    assert rows["decode-pytorch"]["detail"]["by_workers"] == {
+        "1": pytest.approx(rows["decode-pytorch"]["img_s"], abs=0.1)}
     measured = rows["nd-synthetic"]
 
+    broken = ["--skip-decoder", "nvimgcodec=BROKEN per the probe", *window]
     proc = run_tool("gpu", *TINY, "--only", "pytorch-loader,gpu-decode-nvimgcodec", *broken,
                     "--reuse", tmp_path / "none.json", "--reuse", first, "--json", second,
                     "--out", tmp_path / "out2", "--data", tmp_path / "jpegs", timeout=400)
