@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .registry import DATA_BACKENDS, GPU_DECODERS, backends_where
+from .registry import ALL_GPUS, DATA_BACKENDS, GPU_DECODERS, backends_where, provides
 
 
 def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visible_gpus: int,
@@ -17,7 +17,7 @@ def gpu_hints(entry: str, script: str, distributed: bool, device_type: str, visi
     if device_type != "cuda":
         return []
     lines = []
-    if visible_gpus > local_processes and not share_gpus and entry != "dp":
+    if visible_gpus > local_processes and not share_gpus and not provides(entry, ALL_GPUS):
         fix = (f"torchrun --nproc_per_node={visible_gpus} {script} ..." if distributed else
                f"torchrun --nproc_per_node={visible_gpus} train/ddp_apex.py ... (one process "
                "per GPU)")

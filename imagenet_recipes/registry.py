@@ -24,8 +24,9 @@ HOROVOD_COMPRESSION = "Horovod's gradient compression"
 WHOLE_WEIGHTS = "whole weights on every rank"  # the engine's loop, unsharded: --model-ema
 # server processes beside the workers, which hold the weights (--mode, --num-servers)
 SERVERS = "parameter servers"
+ALL_GPUS = "every visible GPU from one process"  # DataParallel
 CAPABILITIES = frozenset({ENGINE_LOOP, PROCESSES, COLLECTIVE_TIMEOUT, SYNC_BN, SHARE_GPUS,
-                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS, SERVERS})
+                          DDP_COMM_HOOKS, HOROVOD_COMPRESSION, WHOLE_WEIGHTS, SERVERS, ALL_GPUS})
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ class StrategySpec:
 
 STRATEGIES: Dict[str, StrategySpec] = {
     "nd": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS}), "base:Strategy"),
-    "dp": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS}), "dp:DataParallelStrategy"),
+    "dp": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS, ALL_GPUS}),
+                       "dp:DataParallelStrategy"),
     "ddp": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, COLLECTIVE_TIMEOUT,
                                    SYNC_BN, SHARE_GPUS, DDP_COMM_HOOKS}), "ddp:DDPStrategy"),
     "hvd": StrategySpec(frozenset({ENGINE_LOOP, WHOLE_WEIGHTS, PROCESSES, SYNC_BN,
@@ -95,10 +97,20 @@ def entries_providing(capability: str) -> Tuple[str, ...]:
     return tuple(name for name, entry in ENTRIES.items() if entry.provides(capability))
 
 
+# The one-process entry every scaling efficiency is measured against (the sweep's baseline)
+BASELINE = "nd"
+
+
+def provides(entry: str, capability: str) -> bool:
+    """Whether the entry named `entry` (as run records log it) provides `capability`; False
+    for a name the registry does not list."""
+    return entry in ENTRIES and ENTRIES[entry].provides(capability)
+
+
 def runs_servers(entry: str) -> bool:
-    """Whether a run of `entry` (an entry name, as run records log it) has server processes
-    beside its workers: its workers are not its world size, and it has modes."""
-    return entry in ENTRIES and ENTRIES[entry].provides(SERVERS)
+    """Whether a run of `entry` has server processes beside its workers: its workers are not
+    its world size, and it has modes."""
+    return provides(entry, SERVERS)
 
 
 # apex's opt levels, implemented on native torch.amp (precision.py says what each one does).

@@ -70,6 +70,29 @@ def test_options_name_what_they_need_not_which_scripts_have_them():
     assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)]
 
 
+def test_no_code_decides_by_an_entry_or_strategy_name():
+    """The package asks the registry what an entry or a strategy does (a capability, its
+    launcher, the BASELINE) instead of comparing its name with a literal: a new strategy is a
+    registry line, not a hunt for `== "ddp"`. Kept: the sweep page's sentence about DDP's row."""
+    names = set(ENTRIES) | set(STRATEGIES)
+    kept = {("bench/results.py", "r['entry'] == 'ddp'")}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            parts = [node.left, *node.comparators]
+            literals = [p for p in parts if isinstance(p, ast.Constant) and p.value in names]
+            literals += [e for p in parts if isinstance(p, (ast.Tuple, ast.List, ast.Set))
+                         for e in p.elts if isinstance(e, ast.Constant) and e.value in names]
+            named = [ast.unparse(p) for p in parts if not isinstance(p, ast.Constant)]
+            where = (path.relative_to(PACKAGE).as_posix(), ast.unparse(node))
+            if literals and any("entry" in n or "strategy" in n for n in named) and \
+                    where not in kept:
+                found.append(f"{where[0]}:{node.lineno}: {where[1]}")
+    assert found == []
+
+
 def test_each_strategy_takes_the_options_its_capabilities_offer_declared_once():
     """A strategy class declares the config fields its constructor takes (OPTIONS, gathered
     along its bases); every field that needs a capability the strategy itself implements is

@@ -61,7 +61,7 @@ def _apex_levels(entry: str) -> bool:
 
 # The one-process run every efficiency is compared with, then every strategy that scales with
 # the process count. (DataParallel is neither: one process over the GPUs it sees.)
-BASELINE = "nd"
+BASELINE = REGISTRY.BASELINE
 STRATEGIES = (BASELINE, *(name for name, e in ENTRIES.items() if e.distributed))
 
 

@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 
 from imagenet_recipes.bench.common import CurvePoint, Log, entry_order, epoch_clock, logged_entry, \
     logged_hardware, logged_precision, read_log, run_dirs, steady, strategy_label, val_points
-from imagenet_recipes.registry import runs_servers
+from imagenet_recipes.registry import BASELINE, HOROVOD_COMPRESSION, provides, runs_servers
 
 IMAGENET_TRAIN_IMAGES = 1_281_167
 
@@ -91,7 +91,7 @@ def load_run(run_dir: Path) -> Optional[Run]:
     variant = ""
     if run.get("comm_hook") not in (None, "none"):
         variant = f"{run['comm_hook']} hook"
-    elif cfg.get("fp16_allreduce") and entry == "hvd":
+    elif cfg.get("fp16_allreduce") and provides(entry, HOROVOD_COMPRESSION):
         variant = "fp16 compression"
     elif servers and run.get("servers", 1) > 1:
         variant = f"{run['servers']} servers"
@@ -133,7 +133,7 @@ def baseline(run: Run, runs: List[Run]) -> Optional[Run]:
 
 
 def nd_baseline(runs: List[Run]) -> Optional[Run]:
-    return next((r for r in runs if r.stage == "throughput" and r.entry == "nd" and r.img_s),
+    return next((r for r in runs if r.stage == "throughput" and r.entry == BASELINE and r.img_s),
                 None)
 
 
@@ -169,7 +169,7 @@ def analyze(runs: List[Run], epoch_images: int = IMAGENET_TRAIN_IMAGES) -> List[
             if base_step and step_time:
                 row["overhead"] = 1 - base_step / step_time
         nd_img_s = medians[nd.combo][0] if nd else None
-        if img_s and nd_img_s and nd.precision == r.precision and r.entry != "nd":
+        if img_s and nd_img_s and nd.precision == r.precision and r.entry != BASELINE:
             row["efficiency_nd"] = img_s / (r.workers * nd_img_s)
         rows.append(row)
     return rows

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 
 from imagenet_recipes.bench.common import REPO
 from imagenet_recipes.bench.gpu.units import Failure, Unit, new_row, reference_of, workload
+from imagenet_recipes.registry import ENTRIES
 
 
 # --- child processes ----------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def measure_synthetic(ctx: Context, unit: Unit, entry: str,
         raise Failure(f"{len(window)} timed intervals logged, expected {args.repeats}")
     run = log["run"][0]
     backend = f", {run['backend']}" if run.get("backend") else ""
-    torchrun = entry == "ddp" or launcher == "torchrun"
+    torchrun = (launcher or ENTRIES[entry].launcher) == "torchrun"
     launched = ("torchrun --nproc_per_node=1 " if torchrun else "") + f"train/{entry}.py"
     return [new_row(unit.rows[0], unit.name,
                     f"{launched} --dummy: {workload(args, 'O1', args.amp_dtype)}, "

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from imagenet_recipes.bench.common import Log, read_log, run_dirs, steady
 from imagenet_recipes.bench.kept import KEPT
 from imagenet_recipes.bench.scaling.model import MIB, Hardware, Link, Workload, predict
-from imagenet_recipes.registry import runs_servers
+from imagenet_recipes.registry import BASELINE, runs_servers
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def collect_runs(dirs: Sequence[Path]) -> List[RunInfo]:
                 found.append(info)
     # On a CPU the "devices" share memory bandwidth and caches: a single-process run made
     # while a twin ran beside it measures the per-core speed that DDP's processes really get.
-    solo = [r for r in found if r.entry == "nd" and r.world_size == 1]
+    solo = [r for r in found if r.entry == BASELINE and r.world_size == 1]
     for r in solo:
         r.beside_twin = any(o is not r and o.host == r.host and o.start < r.end
                             and r.start < o.end for o in solo)
@@ -132,7 +132,7 @@ def cpu_comparison(runs: List[RunInfo], hw: Hardware) -> List[dict]:
                "threads": threads, "config": key, "grad_dtype": gdt, "runs": len(members),
                "measured": measured,
                "note": "", "predicted": {}, "baseline": {}}
-        nd = [r for r in runs if r.entry == "nd" and r.world_size == 1 and r.threads == threads
+        nd = [r for r in runs if r.entry == BASELINE and r.world_size == 1 and r.threads == threads
               and r.key == key]
         modelled = entry in MODELLED_ENTRIES and (not runs_servers(entry) or mode == "sync")
         if not modelled:
