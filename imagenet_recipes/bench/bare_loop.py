@@ -152,7 +152,7 @@ class BareLoop:
             master = {id(p): m for p, m in self.master_pairs}
             params = [master.get(id(p), p) for p in params]
         self.optimizer = torch.optim.SGD(
-            params, lr=trainer.lr, momentum=cfg.momentum,
+            params, lr=trainer.plan.lr, momentum=cfg.momentum,
             weight_decay=cfg.weight_decay if weight_decay is None else weight_decay)
         scaled = (loss_scaling and self.half is torch.float16
                   and self.opt_level in ("O1", "O2"))
