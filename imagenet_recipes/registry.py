@@ -12,7 +12,7 @@ from typing import Dict, FrozenSet, Tuple
 
 
 # Capabilities: what a strategy offers beyond what every script has. A config field names the
-# one it needs (config.opt's `needs`); a script shows and accepts the field only when its
+# one it needs (options.opt's `needs`); a script shows and accepts the field only when its
 # strategy provides it, and refuses it otherwise, naming the scripts that have it.
 ENGINE_LOOP = "the engine's loop"       # imagenet_recipes.engine: optimizers, EMA, MixUp, compile, -e
 PROCESSES = "one process per device"    # a group of processes, one per device
@@ -127,6 +127,7 @@ class DataBackend:
     gpu_decoding: bool = False      # decodes on the GPU when there is one
     gpu_decoders: bool = False      # --gpu-decoder picks its decoder (GPU_DECODERS)
     made_up: bool = False           # makes its batches: there is no data to wait for
+    options: str = ""               # its own option section (options.BACKEND_SECTIONS)
     # What to try when its loader is slower than training (advice.data_wait_note), on a GPU and
     # on a CPU. On a GPU, by default: a backend that decodes there.
     faster_on_gpu: str = ""
@@ -143,14 +144,15 @@ DATA_BACKENDS: Dict[str, DataBackend] = {
     "pytorch": DataBackend("pytorch", worker_processes=True, decoding_workers=True,
                            faster_on_cpu="decode with DALI's CPU pipeline: --data-backend "
                                          "dali-cpu"),
-    "synthetic": DataBackend("synthetic", made_up=True),
+    "synthetic": DataBackend("synthetic", made_up=True, options="synthetic"),
     # DALI's pipeline: CPU threads decode; dali-gpu's mixed decoder uses the GPU's as well
     "dali-cpu": DataBackend("dali", decoding_workers=True),
-    "dali-gpu": DataBackend("dali", decoding_workers=True, gpu_decoding=True,
+    "dali-gpu": DataBackend("dali", decoding_workers=True, gpu_decoding=True, options="dali",
                             faster_on_gpu="give the GPU's hardware JPEG decoder more of each "
                                           "batch: --dali-hw-decoder-load 0.9"),
     # worker processes read the files; TorchCodec or nvImageCodec decodes the batch on the GPU
     "gpu": DataBackend("gpu_decode", worker_processes=True, gpu_decoding=True, gpu_decoders=True,
+                       options="gpu_decode",
                        faster_on_gpu="or --data-backend dali-gpu",
                        faster_on_cpu="on a CPU this backend decodes in the training process: "
                                      "--data-backend dali-cpu or pytorch decode in workers "

@@ -25,7 +25,8 @@ from imagenet_recipes.bench.bare_loop import (BareLoop, build_trainer, make_batc
                                               max_weight_difference, measure, parse_cli,
                                               print_header, print_row)
 from imagenet_recipes.bench.common import git_commit
-from imagenet_recipes.config import UsageError, exit_on_usage_error
+from imagenet_recipes.config import exit_on_usage_error
+from imagenet_recipes.errors import UsageError
 
 
 def main(argv=None) -> None:

@@ -152,7 +152,9 @@ def _help(script: str, capsys) -> str:
 def test_help_lists_only_the_scripts_own_options_in_groups(script, absent, capsys):
     text = " ".join(_help(script, capsys).split(" "))
     headings = [line for line in text.splitlines() if line.endswith(" options:")]
-    expected = ["presets options:", "data options:", "augmentation options:", "model options:",
+    expected = ["presets options:", "data options:", "--data-backend synthetic options:",
+                "--data-backend gpu options:", "--data-backend dali-gpu options:",
+                "augmentation options:", "model options:",
                 "optimization options:", "regularization options:", "precision options:",
                 "distribution options:", "checkpointing options:", "logging options:"] + (["parameter server options:"] if script == "ps.py" else [])
     assert headings == expected, headings

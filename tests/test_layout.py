@@ -193,6 +193,7 @@ LAYERS = (
                      "peer_flags", "presets",
                      "progress", "metrics", "compiled_graphs", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
+    ("options", ("options",)),
     ("config", ("config",)),
     ("parts", ("precision", "models", "optim", "schedule", "run_plan", "ema", "targets", "checkpoint",
                "runlog", "summary", "validation", "lifecycle", "data")),

@@ -1,6 +1,7 @@
 """Parameter server (train/ps.py) on CPU: real processes, real RPC (TensorPipe on loopback)."""
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import signal
 import subprocess
@@ -435,7 +436,7 @@ def test_esync_local_sgd_is_momentum_free_when_asked():
     cfg = PSConfig(data="x", momentum=0.9, batch_size=32, lr=0.4, mode="esync")
     assert esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg).defaults[
         "momentum"] == 0.9
-    cfg.local_momentum = 0.0  # as the authors' workers step
+    cfg = dataclasses.replace(cfg, local_momentum=0.0)  # as the authors' workers step
     local = esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg)
     assert local.defaults["momentum"] == 0.0 and local.defaults["lr"] == pytest.approx(0.05)
 

@@ -4,6 +4,7 @@ objectives whose answers are known. The multi-process runs that they learn are i
 tests/test_ps.py."""
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import pytest
@@ -60,7 +61,7 @@ def test_the_staleness_rule_divides_the_rate_by_the_staleness():
         x = torch.zeros(1)
         rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
         assert x.item() == pytest.approx(-expected)  # the first step: no momentum yet
-    cfg.async_rule = "plain"
+    cfg = dataclasses.replace(cfg, async_rule="plain")
     x = torch.zeros(1)
     rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
     assert x.item() == pytest.approx(-0.5)

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 import torchvision
 
 from conftest import REPO
-from imagenet_recipes.config import OPTIMIZERS, UsageError, parse_args
+from imagenet_recipes.config import UsageError, parse_args
+from imagenet_recipes.options.optimization import OPTIMIZERS
 from imagenet_recipes.data import Shard, ShardedSampler, build_loaders
 from imagenet_recipes.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
 from imagenet_recipes.data.loading import UInt8Normalizer

@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..config import TrainConfig, UsageError, opt
+from ..config import TrainConfig
+from ..errors import UsageError
+from ..options import opt
 from .state_service import RULES as ESYNC_RULES
 from .update_rules import ASYNC_RULES, ESYNC_AVERAGES
 
@@ -15,7 +17,7 @@ RPC_TRANSPORTS = ("uv", "tensorpipe")
 PARAMETER_SERVER = "parameter server"  # the help group of the options below
 
 
-@dataclass
+@dataclass(frozen=True)
 class PSConfig(TrainConfig):
     mode: str = field(default="sync", metadata=opt(
         PARAMETER_SERVER, "--mode",

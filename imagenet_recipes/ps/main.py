@@ -12,8 +12,9 @@ import torch
 import torch.distributed.rpc as rpc
 
 from .. import lifecycle
-from ..config import UsageError, exit_on_usage_error, parse_args
+from ..config import exit_on_usage_error, parse_args
 from ..data import Shard, build_loaders
+from ..errors import UsageError
 from ..models import arch_slug, build_model
 from ..precision import Precision
 from ..registry import ENTRIES

@@ -23,7 +23,7 @@ def loop_trainer(args: argparse.Namespace, level: str, dtype: str, compile_: boo
     already on its device) for this tool's sizes, channels_last; the trainer is closed when the
     block ends. A configuration the trainer refuses fails the unit with its message."""
     from imagenet_recipes.bench import bare_loop as loop
-    from imagenet_recipes.config import UsageError
+    from imagenet_recipes.errors import UsageError
 
     largs = loop.parse_cli([
         "-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),

@@ -5,7 +5,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from ...config import TrainConfig, opt
+from ...config import TrainConfig
+from ...options import opt
 from ...errors import UsageError
 from ...registry import PROCESSES
 
@@ -35,7 +36,7 @@ class Slowdown:
             time.sleep((self.factor - 1) * seconds)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlowWorkerOptions:
     """The options, mixed into an entry's config (before it: `class C(SlowWorkerOptions,
     TrainConfig)`), and the step hook they ask for."""
@@ -70,6 +71,6 @@ class SlowWorkerOptions:
         return (*hooks, Slowdown(factors[rank], self.slowdown_from_epoch))
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlowTrainConfig(SlowWorkerOptions, TrainConfig):
     """train/ddp.py's options, plus the slow workers'."""

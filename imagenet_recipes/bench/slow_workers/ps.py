@@ -16,7 +16,7 @@ from ...ps.config import PSConfig
 from .options import SlowWorkerOptions
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlowPSConfig(SlowWorkerOptions, PSConfig):
     """train/ps.py's options, plus the slow workers' (one factor per worker)."""
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...config import TrainConfig, opt
+from ...config import TrainConfig
+from ...options import opt
 from ...errors import UsageError
 from ...bench.slow_workers.options import SlowWorkerOptions
 
 LOCAL_SGD = "local SGD (experiment)"  # the help group of the options below
 
 
-@dataclass
+@dataclass(frozen=True)
 class LocalSGDConfig(SlowWorkerOptions, TrainConfig):
     local_sgd_period: int = field(default=0, metadata=opt(
         LOCAL_SGD, "--local-sgd-period",

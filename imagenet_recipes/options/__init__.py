@@ -1,0 +1,46 @@
+"""The options of a run, one frozen section per part, each beside the rules of its own fields.
+
+config.TrainConfig is their union (every flag, one flat `to_dict()`); a part reads its section
+(`DataOptions.of(cfg)`). A registry entry names the section that only it reads
+(`DataBackend.options`): the parser refuses that section's options when the entry is not
+selected, and `-h` shows them under the entry's name."""
+from __future__ import annotations
+
+import dataclasses
+
+from .augment import AugmentOptions
+from .data import DaliOptions, DataOptions, GpuDecodeOptions, SyntheticOptions
+from .distribution import DdpOptions, DistributionOptions, HorovodOptions
+from .fields import Bound, Section, opt
+from .model import ModelOptions
+from .optimization import BatchOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
+from .precision import PrecisionOptions
+from .run import RunOptions
+
+# The sections of every entry script, in the order -h lists their options within a group.
+SECTIONS = (DataOptions, SyntheticOptions, GpuDecodeOptions, DaliOptions, AugmentOptions,
+            ModelOptions, BatchOptions, OptimizerOptions, ScheduleOptions, LossOptions,
+            EmaOptions, PrecisionOptions, DistributionOptions, DdpOptions, HorovodOptions,
+            RunOptions)
+
+# The sections a data backend's registry entry may name (DataBackend.options).
+BACKEND_SECTIONS = {"synthetic": SyntheticOptions, "gpu_decode": GpuDecodeOptions,
+                    "dali": DaliOptions}
+
+
+
+def backend_groups() -> dict:
+    """The -h group of each backend section's fields: `--data-backend NAME`, after the backends
+    whose registry entries name it."""
+    from ..registry import DATA_BACKENDS
+
+    groups = {}
+    for key, section in BACKEND_SECTIONS.items():
+        names = [name for name, backend in DATA_BACKENDS.items() if backend.options == key]
+        for f in dataclasses.fields(section):
+            groups[f.name] = f"--data-backend {' / '.join(names)}"
+    return groups
+
+
+__all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "Section", "opt", *(
+    s.__name__ for s in SECTIONS)]

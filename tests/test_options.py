@@ -1,0 +1,85 @@
+"""The option sections (imagenet_recipes/options/): each field in one section, each bound
+declared there refused, the config frozen, each backend's own section named by its registry
+entry and shown under it in -h."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from imagenet_recipes.config import TrainConfig, build_parser, parse_args
+from imagenet_recipes.errors import UsageError
+from imagenet_recipes.options import BACKEND_SECTIONS, SECTIONS, DataOptions, GpuDecodeOptions
+from imagenet_recipes.options.fields import flag_of
+from imagenet_recipes.registry import DATA_BACKENDS
+
+
+def test_every_option_is_declared_in_exactly_one_section():
+    owners = {}
+    for section in SECTIONS:
+        for f in dataclasses.fields(section):
+            owners.setdefault(f.name, []).append(section.__name__)
+    assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+    assert sorted(owners) == sorted(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def _outside(bound):
+    """A value just outside a bound (below its low end, else above its high end)."""
+    if bound.low is not None:
+        return bound.low if bound.low_open else bound.low - 1
+    return bound.high if bound.high_open else bound.high + 1
+
+
+BOUNDED = [(section, f) for section in SECTIONS for f in dataclasses.fields(section)
+           if f.metadata.get("bound") is not None]
+
+
+def test_the_sections_declare_the_bounds_that_validate_used_to_list():
+    assert len(BOUNDED) >= 30, [f.name for _, f in BOUNDED]
+
+
+@pytest.mark.parametrize("section, f", BOUNDED, ids=[f.name for _, f in BOUNDED])
+def test_a_value_outside_a_declared_bound_is_refused_naming_its_flag(section, f):
+    bad = _outside(f.metadata["bound"])
+    argv = ["--dummy", flag_of(f), str(int(bad) if isinstance(f.default, int) else bad)]
+    with pytest.raises(UsageError, match=f"^{flag_of(f)} "):
+        parse_args(argv)
+    edge = f.metadata["bound"].low if f.metadata["bound"].low is not None else None
+    if edge is not None and not f.metadata["bound"].low_open:
+        parse_args(["--dummy", flag_of(f), str(edge)])  # the closed end itself is accepted
+
+
+def test_a_sections_own_rules_are_checked():
+    with pytest.raises(UsageError, match="PowerSGD needs"):
+        parse_args(["--dummy", "--ddp-comm-hook", "powersgd", "--powersgd-start-step", "1"])
+    with pytest.raises(UsageError, match="the dataset path is missing"):
+        parse_args([])
+    with pytest.raises(UsageError, match="--progressive-resize"):
+        parse_args(["--dummy", "--progressive-resize", "160", "128", "0", "2"])
+
+
+def test_a_config_is_not_written_after_parsing():
+    cfg = parse_args(["--dummy"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.batch_size = 8
+
+
+def test_a_part_reads_its_section_of_the_config():
+    cfg = parse_args(["--data-backend", "gpu", "--gpu-decoder", "nvimgcodec", "data"])
+    assert GpuDecodeOptions.of(cfg) == GpuDecodeOptions(gpu_decoder="nvimgcodec",
+                                                        gpu_hw_decoder_load=0.65)
+    data = DataOptions.of(cfg)
+    assert data.backend == "gpu" and data.data == "data"
+    assert not isinstance(data, TrainConfig)
+
+
+def test_each_backend_section_is_named_by_a_backend_and_shown_under_it():
+    named = {backend.options for backend in DATA_BACKENDS.values()} - {""}
+    assert named == set(BACKEND_SECTIONS)
+    text = build_parser(entry="nd").format_help()
+    for name, backend in DATA_BACKENDS.items():
+        if backend.options:
+            group = text[text.index(f"--data-backend {name} options:"):]
+            group = group[:group.index("\n\n")]
+            for f in dataclasses.fields(BACKEND_SECTIONS[backend.options]):
+                assert flag_of(f) in group, (name, f.name)
