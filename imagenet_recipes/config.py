@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import UsageError
-from .options import SECTIONS, backend_groups
-from .options.fields import DATA, HELP_GROUPS, PRESETS
+from .options import BACKEND_SECTIONS, SECTIONS, backend_groups
+from .options.fields import DATA, HELP_GROUPS, PRESETS, flag_of
 from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
-from .registry import ENTRIES, entries_providing
+from .registry import DATA_BACKENDS, ENTRIES, entries_providing
 
 
 # A dataclass gathers its bases' fields last base first: reversed, the sections keep their order.
@@ -129,6 +129,21 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
                          f"{ENTRIES[entry].script}{hint}")
 
 
+def refuse_other_backends_options(ns: dict, defaults: dict) -> None:
+    """UsageError for an option of a data backend's own section set on the command line
+    (a preset's value is a default, not refused) while another backend is selected."""
+    backend = "synthetic" if ns["dummy"] else ns["data_backend"]
+    for key, section in BACKEND_SECTIONS.items():
+        if key == DATA_BACKENDS[backend].options:
+            continue
+        for f in dataclasses.fields(section):
+            if ns[f.name] != defaults.get(f.name, f.default):
+                owners = " / ".join(name for name, entry in DATA_BACKENDS.items()
+                                    if entry.options == key)
+                raise UsageError(f"{flag_of(f)} is an option of --data-backend {owners}, not of "
+                                 f"--data-backend {backend}: drop it, or select that backend")
+
+
 def _early_options(argv: Optional[list]) -> argparse.Namespace:
     """--config, -e and --resume, read before the full parser is built: what they name
     gives the defaults."""
@@ -184,6 +199,7 @@ def parse_args(argv: Optional[list] = None, description: str = "",
     refuse_other_projects_flags(ns)
     if entry is not None:
         refuse_other_entries_options(ns, config_cls, entry)
+    refuse_other_backends_options(ns, defaults)
     ns["lr_steps"] = tuple(ns["lr_steps"])
     if ns["progressive_resize"] is not None:
         ns["progressive_resize"] = tuple(ns["progressive_resize"])

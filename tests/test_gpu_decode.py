@@ -81,10 +81,12 @@ def _batches(cfg, split: str, rank: int = 0, world: int = 1, epoch: int = 1):
     return batches, loader.skipped
 
 
-def _assert_close_to_pytorch(data, split: str, rank: int = 0, world: int = 1, *extra):
-    """The gpu backend's pass equals the pytorch backend's: batches, targets, skipped count;
-    images within the tolerance. -> the differences: (mean, worst image's mean, max)."""
-    ours, skipped = _batches(_cfg(data, "gpu", *extra), split, rank, world)
+def _assert_close_to_pytorch(data, split: str, rank: int = 0, world: int = 1, *extra,
+                             decoder: tuple = ()):
+    """The gpu backend's pass (with the `decoder` flags, its own) equals the pytorch backend's:
+    batches, targets, skipped count; images within the tolerance. -> the differences: (mean,
+    worst image's mean, max)."""
+    ours, skipped = _batches(_cfg(data, "gpu", *decoder, *extra), split, rank, world)
     theirs, skipped_pt = _batches(_cfg(data, "pytorch", *extra), split, rank, world)
     assert skipped == skipped_pt
     assert [y.tolist() for _, y in ours] == [y.tolist() for _, y in theirs]
@@ -188,15 +190,15 @@ def test_without_its_decoder_the_backend_says_what_to_install(tiny_imagefolder, 
 def test_training_batches_match_the_pytorch_backend_on_every_rank(tiny_imagefolder, gpu_decoder,
                                                                   world):
     for rank in range(world):
-        _assert_close_to_pytorch(tiny_imagefolder, "train", rank, world, *gpu_decoder)
+        _assert_close_to_pytorch(tiny_imagefolder, "train", rank, world, decoder=gpu_decoder)
 
 
 def test_validation_and_progressive_crops_match_the_pytorch_backend(tiny_imagefolder,
                                                                     gpu_decoder):
-    _assert_close_to_pytorch(tiny_imagefolder, "val", 1, 2, *gpu_decoder)
+    _assert_close_to_pytorch(tiny_imagefolder, "val", 1, 2, decoder=gpu_decoder)
     # --progressive-resize: epoch 1 of 0..2 crops 48 px (enlarging most boxes)
-    _assert_close_to_pytorch(tiny_imagefolder, "train", 0, 1, *gpu_decoder,
-                             "--progressive-resize", "32", "64", "0", "2")
+    _assert_close_to_pytorch(tiny_imagefolder, "train", 0, 1,
+                             "--progressive-resize", "32", "64", "0", "2", decoder=gpu_decoder)
 
 
 def test_decoding_only_the_crops_region_is_cutting_it_from_the_whole_image(tiny_imagefolder,
@@ -222,8 +224,8 @@ def test_damaged_files_are_decoded_or_replaced_and_counted_as_by_pytorch(tiny_im
     add_damaged_files(sorted((data / "val").iterdir())[2])
     ours, skipped = _batches(_cfg(data, "gpu", "-b", "7", *gpu_decoder), "train")
     assert skipped == sum(not ok for ok in made.values())
-    _assert_close_to_pytorch(data, "train", 0, 1, "-b", "7", *gpu_decoder)
-    _assert_close_to_pytorch(data, "val", 0, 1, "-b", "7", *gpu_decoder)
+    _assert_close_to_pytorch(data, "train", 0, 1, "-b", "7", decoder=gpu_decoder)
+    _assert_close_to_pytorch(data, "val", 0, 1, "-b", "7", decoder=gpu_decoder)
 
 
 # --- real runs -----------------------------------------------------------------------------------

@@ -38,15 +38,23 @@ def test_the_sections_declare_the_bounds_that_validate_used_to_list():
     assert len(BOUNDED) >= 30, [f.name for _, f in BOUNDED]
 
 
+def _selecting(section) -> list:
+    """Arguments that select the backend whose own section this is (else the synthetic one)."""
+    for name, backend in DATA_BACKENDS.items():
+        if backend.options and BACKEND_SECTIONS[backend.options] is section:
+            return ["--data-backend", name, "data"]
+    return ["--dummy"]
+
+
 @pytest.mark.parametrize("section, f", BOUNDED, ids=[f.name for _, f in BOUNDED])
 def test_a_value_outside_a_declared_bound_is_refused_naming_its_flag(section, f):
     bad = _outside(f.metadata["bound"])
-    argv = ["--dummy", flag_of(f), str(int(bad) if isinstance(f.default, int) else bad)]
+    argv = [*_selecting(section), flag_of(f), str(int(bad) if isinstance(f.default, int) else bad)]
     with pytest.raises(UsageError, match=f"^{flag_of(f)} "):
         parse_args(argv)
     edge = f.metadata["bound"].low if f.metadata["bound"].low is not None else None
     if edge is not None and not f.metadata["bound"].low_open:
-        parse_args(["--dummy", flag_of(f), str(edge)])  # the closed end itself is accepted
+        parse_args([*_selecting(section), flag_of(f), str(edge)])  # the closed end is accepted
 
 
 def test_a_sections_own_rules_are_checked():
@@ -83,3 +91,29 @@ def test_each_backend_section_is_named_by_a_backend_and_shown_under_it():
             group = group[:group.index("\n\n")]
             for f in dataclasses.fields(BACKEND_SECTIONS[backend.options]):
                 assert flag_of(f) in group, (name, f.name)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu-decoder", "nvimgcodec", "data"],
+     "--gpu-decoder is an option of --data-backend gpu, not of --data-backend pytorch"),
+    (["--data-backend", "dali-cpu", "--dali-hw-decoder-load", "0.9", "data"],
+     "--dali-hw-decoder-load is an option of --data-backend dali-gpu, not of --data-backend "
+     "dali-cpu"),
+    (["--data-backend", "gpu", "--synthetic-val-size", "8", "data"],
+     "--synthetic-val-size is an option of --data-backend synthetic, not of --data-backend gpu"),
+    (["--dummy", "--gpu-hw-decoder-load", "0.5"],
+     "--gpu-hw-decoder-load is an option of --data-backend gpu, not of --data-backend synthetic"),
+])
+def test_an_option_of_a_backend_that_is_not_selected_is_refused(argv, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        parse_args(argv)
+
+
+def test_a_backends_own_options_are_accepted_with_it_and_a_presets_are_defaults():
+    assert parse_args(["--data-backend", "gpu", "--gpu-decoder", "nvimgcodec",
+                       "data"]).gpu_decoder == "nvimgcodec"
+    assert parse_args(["--dummy", "--synthetic-val-size", "8"]).synthetic_val_size == 8
+    assert parse_args(["--data-backend", "dali-gpu", "--dali-hw-decoder-load", "0.9",
+                       "data"]).dali_hw_decoder_load == 0.9
+    # a script's (or a preset's) default of another backend's option is no refusal
+    assert parse_args(["data"], defaults={"gpu_decoder": "nvimgcodec"}).data_backend == "pytorch"
