@@ -29,13 +29,6 @@ class TrainConfig(*reversed(SECTIONS)):
     """Every option of an engine script: the union of the parts' sections (options/), one flat
     record as the command line, the presets and config.json spell it."""
 
-    def largest_train_crop(self) -> int:
-        """The train crop in pixels: under --progressive-resize its MAX (the loaders then ignore
-        --image-size)."""
-        if self.progressive_resize is not None:
-            return self.progressive_resize[1]
-        return self.image_size
-
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

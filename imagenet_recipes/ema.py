@@ -19,12 +19,12 @@ from typing import Dict, List
 import torch
 import torch.nn as nn
 
-from .config import TrainConfig
+from .options import EmaOptions
 
 
-def ema_decay_per_update(cfg: TrainConfig, global_batch: int) -> float:
+def ema_decay_per_update(cfg: EmaOptions, global_batch: int, epochs: int) -> float:
     """torchvision's rule: alpha = (1 - decay) x global batch x steps / epochs, capped at 1."""
-    alpha = (1.0 - cfg.model_ema_decay) * global_batch * cfg.model_ema_steps / cfg.epochs
+    alpha = (1.0 - cfg.model_ema_decay) * global_batch * cfg.model_ema_steps / epochs
     return 1.0 - min(1.0, alpha)
 
 

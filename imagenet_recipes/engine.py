@@ -26,6 +26,7 @@ from .errors import UsageError
 from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, input_size_refusal, load_command
+from .options import AugmentOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
 from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
@@ -68,7 +69,7 @@ class Trainer:
     def setup(self) -> None:
         cfg, strategy = self.cfg, self.strategy
         self.device = strategy.setup_environment()
-        too_small = input_size_refusal(cfg.arch, smallest_crop(cfg))  # before reading any data
+        too_small = input_size_refusal(cfg.arch, smallest_crop(AugmentOptions.of(cfg)))  # before reading any data
         if too_small:
             raise UsageError(too_small)
         self.plan = plan_run(cfg, strategy.world_size, self.device.type)
@@ -88,16 +89,18 @@ class Trainer:
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
                                                        cfg.pretrained, cfg.zero_init_residual))
         self.optimizer = strategy.setup_optimizer(build_optimizer(
-            cfg, strategy.module, strategy.named_optimizer_params(), self.plan.lr))
+            OptimizerOptions.of(cfg), strategy.module, strategy.named_optimizer_params(),
+            self.plan.lr))
         self.steps_per_epoch = len(self.train_loader) // self.plan.grad_accum
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
         if self.steps_per_epoch == 0 and not cfg.evaluate:
             raise UsageError(f"the training set is too small for one step of global batch "
                              f"{self.plan.global_batch}: lower -b/--batch-size or --grad-accum")
-        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch, self.plan.lr)
-        self.criterion = build_criterion(cfg, self.num_classes)
-        self.mixer = build_mixer(cfg, self.num_classes)
+        self.scheduler = build_scheduler(self.optimizer, ScheduleOptions.of(cfg),
+                                         self.steps_per_epoch, self.plan.lr)
+        self.criterion = build_criterion(LossOptions.of(cfg), self.num_classes)
+        self.mixer = build_mixer(AugmentOptions.of(cfg), self.num_classes)
         if resume_state:
             self._restore(resume_state)
         self.ema = self._build_ema(resume_state) if cfg.model_ema else None
@@ -117,8 +120,9 @@ class Trainer:
     def _build_ema(self, resume_state: Optional[dict]) -> Optional[ModelEMA]:
         """The moving average of the bare model's weights, continued from the checkpoint's if
         it has one."""
-        ema = ModelEMA(self.strategy.module, ema_decay_per_update(self.cfg, self.plan.global_batch),
-                       self.cfg.model_ema_steps)
+        decay = ema_decay_per_update(EmaOptions.of(self.cfg), self.plan.global_batch,
+                                     self.cfg.epochs)
+        ema = ModelEMA(self.strategy.module, decay, self.cfg.model_ema_steps)
         saved = (resume_state or {}).get("model_ema")
         if saved:
             ema.load_state_dict(saved)
@@ -208,7 +212,8 @@ class Trainer:
                               cfg.share_gpus) if entry else ():
             self.log.print(line)
         if not cfg.evaluate:
-            for line in lr_warnings(cfg, self.plan.global_batch, self.plan.lr):
+            for line in lr_warnings(OptimizerOptions.of(cfg), cfg.warmup_epochs,
+                                    self.plan.global_batch, self.plan.lr):
                 self.log.print(line)
         if resume_state and cfg.evaluate:
             self.log.print(f"=> evaluating {resume_state['path']}: the weights of epoch "

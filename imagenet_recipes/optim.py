@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .config import TrainConfig
+from .options import OptimizerOptions
 
 # Layers whose parameters are scales and shifts, not filters (torchvision's list).
 NORM_LAYERS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
@@ -36,7 +36,7 @@ def parameter_kinds(module: nn.Module) -> Dict[str, str]:
     return kinds
 
 
-def parameter_groups(cfg: TrainConfig, module: nn.Module,
+def parameter_groups(cfg: OptimizerOptions, module: nn.Module,
                      named_params: Sequence[Tuple[str, torch.Tensor]]) -> List[dict]:
     """Groups of `named_params` (the tensors the optimizer updates, fp32 masters under O2,
     named after `module`'s parameters) by weight decay, in first-seen order."""
@@ -51,7 +51,7 @@ def parameter_groups(cfg: TrainConfig, module: nn.Module,
     return list(groups.values())
 
 
-def build_optimizer(cfg: TrainConfig, module: nn.Module,
+def build_optimizer(cfg: OptimizerOptions, module: nn.Module,
                     named_params: Sequence[Tuple[str, torch.Tensor]],
                     lr: float) -> torch.optim.Optimizer:
     groups = parameter_groups(cfg, module, named_params)

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .config import TrainConfig
+from .options import PrecisionOptions
 from .errors import UsageError
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -118,7 +118,7 @@ class Precision:
         self._master_pairs: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> "Precision":
+    def from_config(cls, cfg: PrecisionOptions) -> "Precision":
         return cls(cfg.opt_level, cfg.amp_dtype, cfg.loss_scale, cfg.float64,
                    cfg.clip_grad_norm)
 

@@ -18,10 +18,10 @@ import warnings
 
 import torch
 
-from .config import TrainConfig
+from .options import OptimizerOptions, ScheduleOptions
 
 
-def scaled_lr(cfg: TrainConfig, global_batch: int) -> float:
+def scaled_lr(cfg: OptimizerOptions, global_batch: int) -> float:
     """The classic linear scaling rule: --lr is the rate for a global batch of 256."""
     return cfg.lr if cfg.no_lr_scaling else cfg.lr * global_batch / 256
 
@@ -35,7 +35,8 @@ WARMUP_BATCH_WARNING = 2048
 SGD_LIKE = ("sgd", "nesterov")
 
 
-def lr_warnings(cfg: TrainConfig, global_batch: int, lr: float) -> list:
+def lr_warnings(cfg: OptimizerOptions, warmup_epochs: float, global_batch: int,
+                lr: float) -> list:
     """Lines warning of an --lr that looks given as torchvision's or timm's absolute one, and
     of a large global batch without a warm-up."""
     lines = []
@@ -45,7 +46,7 @@ def lr_warnings(cfg: TrainConfig, global_batch: int, lr: float) -> list:
                      f"{global_batch} the lr is {lr:.4g}. If {cfg.lr:g} is the lr itself (as "
                      f"in torchvision's and timm's commands), pass --lr "
                      f"{cfg.lr * 256 / global_batch:.4g} or --no-lr-scaling")
-    if global_batch >= WARMUP_BATCH_WARNING and cfg.warmup_epochs == 0:
+    if global_batch >= WARMUP_BATCH_WARNING and warmup_epochs == 0:
         lines.append(f"warning: global batch {global_batch} with no warm-up: large batches "
                      "diverge early without one (Goyal et al. warm up for 5 epochs); add "
                      "--warmup-epochs 5, or use a preset (--config goyal_8k)")
@@ -59,7 +60,7 @@ class LrMultiplier:
     Holds plain numbers only: LambdaLR puts a callable object's attributes in its state_dict,
     which checkpoints load with weights_only=True."""
 
-    def __init__(self, cfg: TrainConfig, steps_per_epoch: int, peak_lr: float):
+    def __init__(self, cfg: ScheduleOptions, steps_per_epoch: int, peak_lr: float):
         self.schedule, self.gamma, self.power = cfg.lr_schedule, cfg.lr_gamma, cfg.lr_power
         self.milestones, self.step_size = tuple(cfg.lr_steps), cfg.lr_step_size
         self.warmup_method, self.warmup_start = cfg.warmup_method, cfg.warmup_start_factor
@@ -107,8 +108,8 @@ class StepSchedule(torch.optim.lr_scheduler.LambdaLR):
             return super().step(epoch)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int,
-                    peak_lr: float) -> StepSchedule:
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: ScheduleOptions,
+                    steps_per_epoch: int, peak_lr: float) -> StepSchedule:
     return StepSchedule(optimizer, LrMultiplier(cfg, steps_per_epoch, peak_lr))
 
 

@@ -18,12 +18,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from .config import TrainConfig
+from .options import AugmentOptions, LossOptions
 
 Mixer = Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 
 
-def build_mixer(cfg: TrainConfig, num_classes: int) -> Optional[Mixer]:
+def build_mixer(cfg: AugmentOptions, num_classes: int) -> Optional[Mixer]:
     """(images, int labels) -> (mixed images, soft targets), or None without mixing. With both
     alphas set, each batch gets one of the two, as in torchvision's references."""
     mixers = []
@@ -54,5 +54,5 @@ class RecipeLoss(nn.Module):
         return F.binary_cross_entropy_with_logits(logits, targets)
 
 
-def build_criterion(cfg: TrainConfig, num_classes: int) -> nn.Module:
+def build_criterion(cfg: LossOptions, num_classes: int) -> nn.Module:
     return RecipeLoss(cfg.loss, cfg.label_smoothing, num_classes)

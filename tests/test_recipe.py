@@ -180,8 +180,8 @@ def test_ema_equals_the_closed_form():
 
 def test_ema_decay_is_torchvisions():
     cfg = _cfg("--model-ema-decay", "0.99998", "--model-ema-steps", "32", "--epochs", "600")
-    assert ema_decay_per_update(cfg, 1024) == pytest.approx(1 - 2e-5 * 1024 * 32 / 600)
-    assert ema_decay_per_update(_cfg("--model-ema-decay", "0.5", "--epochs", "1"), 1024) == 0.0
+    assert ema_decay_per_update(cfg, 1024, 600) == pytest.approx(1 - 2e-5 * 1024 * 32 / 600)
+    assert ema_decay_per_update(_cfg("--model-ema-decay", "0.5"), 1024, 1) == 0.0
 
 
 def test_ema_averages_o2_masters_and_buffers_in_fp32():
@@ -579,18 +579,19 @@ def test_an_lr_that_looks_absolute_and_a_large_batch_without_warmup_are_warned_o
     from imagenet_recipes.schedule import lr_warnings
 
     # torchvision V2's command line (--lr 0.5 at global batch 1024) read as per 256 images
-    (line,) = lr_warnings(_cfg("--lr", "0.5", "--warmup-epochs", "5"), 1024, 2.0)
+    (line,) = lr_warnings(_cfg("--lr", "0.5"), 5, 1024, 2.0)
     assert "at global batch 1024 the lr is 2" in line and "pass --lr 0.125" in line
-    assert lr_warnings(_cfg("--lr", "0.5", "--no-lr-scaling"), 1024, 0.5) == []
-    assert lr_warnings(_cfg("--lr", "0.5", "--opt", "lamb"), 1024, 2.0) == []
+    assert lr_warnings(_cfg("--lr", "0.5", "--no-lr-scaling"), 0, 1024, 0.5) == []
+    assert lr_warnings(_cfg("--lr", "0.5", "--opt", "lamb"), 0, 1024, 2.0) == []
     # 8 GPUs x the default -b 256: no warm-up at 2048
-    (line,) = lr_warnings(_cfg(), 2048, 0.8)
+    (line,) = lr_warnings(_cfg(), 0, 2048, 0.8)
     assert "global batch 2048 with no warm-up" in line and "--warmup-epochs 5" in line
     # every preset at its published scale warns of nothing
     for preset in PRESETS:
         cfg = parse_args(["--dummy", "--config", str(preset)])
         ref = read_mapping(preset)["reference"]
-        assert lr_warnings(cfg, ref["global_batch"], ref["lr"]) == [], preset.stem
+        assert lr_warnings(cfg, cfg.warmup_epochs, ref["global_batch"], ref["lr"]) == [], \
+            preset.stem
 
 
 def test_evaluation_takes_the_settings_of_the_checkpoints_run(tmp_path, capsys):

@@ -14,7 +14,7 @@ from typing import Optional
 
 from torchvision.transforms import v2
 
-from ..config import TrainConfig
+from ..options import AugmentOptions
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -27,19 +27,19 @@ def val_resize_size(crop: int) -> int:
     return int(round(crop / VAL_CROP_RATIO))
 
 
-def val_sizes(cfg: TrainConfig) -> tuple:
+def val_sizes(cfg: AugmentOptions) -> tuple:
     """-> (resize, crop) of validation."""
     crop = cfg.val_crop_size or cfg.image_size
     return cfg.val_resize_size or val_resize_size(crop), crop
 
 
-def smallest_crop(cfg: TrainConfig) -> int:
+def smallest_crop(cfg: AugmentOptions) -> int:
     """The smallest crop the model meets in training or validation."""
     train = cfg.progressive_resize[0] if cfg.progressive_resize else cfg.image_size
     return min(train, val_sizes(cfg)[1])
 
 
-def progressive_crop(cfg: TrainConfig, epoch: int) -> int:
+def progressive_crop(cfg: AugmentOptions, epoch: int) -> int:
     """FFCV's progressive resizing: --progressive-resize MIN MAX START END grows the train crop
     linearly from MIN (until epoch START) to MAX (from epoch END on), in steps of 32 pixels."""
     low, high, start, end = cfg.progressive_resize
@@ -51,7 +51,7 @@ def progressive_crop(cfg: TrainConfig, epoch: int) -> int:
     return int(round(size / 32)) * 32
 
 
-def auto_augment(cfg: TrainConfig) -> Optional[v2.Transform]:
+def auto_augment(cfg: AugmentOptions) -> Optional[v2.Transform]:
     policy = cfg.auto_augment
     if policy == "imagenet":
         return v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET)
@@ -62,7 +62,7 @@ def auto_augment(cfg: TrainConfig) -> Optional[v2.Transform]:
     return None
 
 
-def train_transform(cfg: TrainConfig, crop: Optional[int] = None) -> v2.Compose:
+def train_transform(cfg: AugmentOptions, crop: Optional[int] = None) -> v2.Compose:
     steps = [v2.RandomResizedCrop(crop or cfg.image_size, antialias=True),
              v2.RandomHorizontalFlip()]
     policy = auto_augment(cfg)
@@ -73,7 +73,7 @@ def train_transform(cfg: TrainConfig, crop: Optional[int] = None) -> v2.Compose:
     return v2.Compose(steps)
 
 
-def val_transform(cfg: TrainConfig, crop: Optional[int] = None) -> v2.Compose:
+def val_transform(cfg: AugmentOptions, crop: Optional[int] = None) -> v2.Compose:
     """(`crop` is ignored: validation keeps its size; the argument matches train_transform.)"""
     resize, crop = val_sizes(cfg)
     return v2.Compose([v2.Resize(resize, antialias=True), v2.CenterCrop(crop)])

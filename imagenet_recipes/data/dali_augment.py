@@ -21,7 +21,7 @@ import contextlib
 import math
 import warnings
 
-from ..config import TrainConfig
+from ..options import AugmentOptions
 from .augment import RAND_AUGMENT_OPS
 
 
@@ -43,7 +43,7 @@ def quiet_deprecated_aliases():
         warnings.showwarning = shown
 
 
-def apply_policy(images, cfg: TrainConfig, size: int):
+def apply_policy(images, cfg: AugmentOptions, size: int):
     """uint8 HWC images of size x size -> the same, through the --auto-augment policy."""
     if cfg.auto_augment == "none":
         return images

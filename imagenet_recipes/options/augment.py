@@ -1,4 +1,5 @@
-"""The augmentation options: what the train transform does to each image and batch."""
+"""The augmentation options: the crop sizes and what the train transform does to each image and
+batch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,15 +7,26 @@ from typing import Optional
 
 from ..errors import UsageError
 from ..registry import ENGINE_LOOP
-from .fields import AUGMENTATION, FRACTION, NOT_NEGATIVE, POSITIVE_COUNT, Bound, Section, opt
+from .fields import AUGMENTATION, DATA, FRACTION, NOT_NEGATIVE, POSITIVE_COUNT, Bound, Section, opt
 
 AUTO_AUGMENT = ("none", "imagenet", "ra", "ta_wide")
 
 
 @dataclass(frozen=True)
 class AugmentOptions(Section):
-    """The train transform's policy, erasing, MixUp/CutMix, repeated augmentation and
-    progressive resizing."""
+    """What the transforms do to each image and batch: the train crop and the validation
+    resize and crop (every backend's), the policy, erasing, MixUp/CutMix, repeated augmentation
+    and progressive resizing."""
+    image_size: int = field(default=224, metadata=opt(
+        DATA, "--image-size", "--train-crop-size", help="train crop size", evaluation=True,
+        bound=POSITIVE_COUNT))
+    val_resize_size: int = field(default=0, metadata=opt(
+        DATA, "--val-resize-size",
+        help="validation resizes the shorter side to this (0: val crop / 0.875, e.g. 256 for "
+             "224)", evaluation=True, bound=NOT_NEGATIVE))
+    val_crop_size: int = field(default=0, metadata=opt(
+        DATA, "--val-crop-size", help="validation center crop (0: the train crop size)",
+        evaluation=True, bound=NOT_NEGATIVE))
     auto_augment: str = field(default="none", metadata=opt(
         AUGMENTATION, "--auto-augment",
         help="policy after the random crop and flip: imagenet (AutoAugment's ImageNet policy), "
@@ -45,6 +57,13 @@ class AugmentOptions(Section):
         help="FFCV's progressive resizing: the train crop grows linearly from MIN to MAX "
              "pixels (multiples of 32) between epochs START and END",
         nargs=4, type=int, metavar=("MIN", "MAX", "START", "END"), evaluation=True))
+
+    def largest_train_crop(self) -> int:
+        """The train crop in pixels: under --progressive-resize its MAX (the loaders then ignore
+        --image-size)."""
+        if self.progressive_resize is not None:
+            return self.progressive_resize[1]
+        return self.image_size
 
     @classmethod
     def rules(cls, values) -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..errors import UsageError
 from ..registry import DATA_BACKENDS, GPU_DECODERS
-from .fields import DATA, Bound, NOT_NEGATIVE, POSITIVE, POSITIVE_COUNT, Section, opt
+from .fields import DATA, POSITIVE, Bound, Section, opt
 
 
 @dataclass(frozen=True)
@@ -23,17 +23,6 @@ class DataOptions(Section):
     workers: int = field(default=-1, metadata=opt(
         DATA, "-j", "--workers",
         help="data loading workers per process (-1: derived from the cores)"))
-    image_size: int = field(default=224, metadata=opt(
-        DATA, "--image-size", "--train-crop-size", help="train crop size", evaluation=True,
-        bound=POSITIVE_COUNT))
-    val_resize_size: int = field(default=0, metadata=opt(
-        DATA, "--val-resize-size",
-        help="validation resizes the shorter side to this (0: val crop / 0.875, e.g. 256 for "
-             "224)", evaluation=True, bound=NOT_NEGATIVE))
-    val_crop_size: int = field(default=0, metadata=opt(
-        DATA, "--val-crop-size", help="validation center crop (0: the train crop size)",
-        evaluation=True, bound=NOT_NEGATIVE))
-
     @property
     def backend(self) -> str:
         return "synthetic" if self.dummy else self.data_backend

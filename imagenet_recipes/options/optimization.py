@@ -53,10 +53,6 @@ class OptimizerOptions(Section):
     momentum: float = field(default=0.9, metadata=opt(
         OPTIMIZATION, "--momentum", help="momentum of sgd, nesterov, rmsprop and lars",
         bound=NOT_NEGATIVE))
-    clip_grad_norm: Optional[float] = field(default=None, metadata=opt(
-        OPTIMIZATION, "--clip-grad-norm", help="clip the global gradient norm to this "
-        "(measured on the reduced, unscaled gradients)", needs=ENGINE_LOOP, bound=POSITIVE,
-        elsewhere="the parameter server does not clip"))
     weight_decay: float = field(default=1e-4, metadata=opt(
         REGULARIZATION, "--wd", "--weight-decay", help="weight decay", bound=NOT_NEGATIVE))
     norm_weight_decay: Optional[float] = field(default=None, metadata=opt(

@@ -5,13 +5,14 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import UsageError
-from ..registry import OPT_LEVELS
-from .fields import PRECISION, Section, opt
+from ..registry import ENGINE_LOOP, OPT_LEVELS
+from .fields import OPTIMIZATION, POSITIVE, PRECISION, Section, opt
 
 
 @dataclass(frozen=True)
 class PrecisionOptions(Section):
-    """The opt level, the half type and loss scaling."""
+    """The opt level, the half type, loss scaling, and the gradient clipping that needs the
+    unscaled gradients."""
     opt_level: str = field(default="O0", metadata=opt(
         PRECISION, "--opt-level",
         help="apex-style mixed precision level on native torch.amp: O0 fp32, O1 autocast + "
@@ -29,6 +30,10 @@ class PrecisionOptions(Section):
         PRECISION, "--float64", help="run O0 in float64 (model, inputs, loss): slow, for "
                                      "checking that strategies compute exactly the same thing",
         evaluation=True))
+    clip_grad_norm: Optional[float] = field(default=None, metadata=opt(
+        OPTIMIZATION, "--clip-grad-norm", help="clip the global gradient norm to this "
+        "(measured on the reduced, unscaled gradients)", needs=ENGINE_LOOP, bound=POSITIVE,
+        elsewhere="the parameter server does not clip"))
 
     @classmethod
     def rules(cls, values) -> None:
