@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from .errors import UsageError
 from .options import BACKEND_SECTIONS, SECTIONS, backend_groups
+from .options.data import selected_backend
 from .options.fields import DATA, HELP_GROUPS, PRESETS, flag_of
 from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
 from .presets import checkpoint_settings, config_file_defaults, preset_listing
@@ -125,7 +126,7 @@ def refuse_other_entries_options(ns: dict, config_cls: type, entry: str) -> None
 def refuse_other_backends_options(ns: dict, defaults: dict) -> None:
     """UsageError for an option of a data backend's own section set on the command line
     (a preset's value is a default, not refused) while another backend is selected."""
-    backend = "synthetic" if ns["dummy"] else ns["data_backend"]
+    backend = selected_backend(ns["dummy"], ns["data_backend"])
     for key, section in BACKEND_SECTIONS.items():
         if key == DATA_BACKENDS[backend].options:
             continue

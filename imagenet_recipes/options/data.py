@@ -10,6 +10,11 @@ from ..registry import DATA_BACKENDS, GPU_DECODERS
 from .fields import DATA, POSITIVE, Bound, Section, opt
 
 
+def selected_backend(dummy: bool, data_backend: str) -> str:
+    """The --data-backend a run uses: --dummy is the synthetic one, whatever else is given."""
+    return "synthetic" if dummy else data_backend
+
+
 @dataclass(frozen=True)
 class DataOptions(Section):
     data: Optional[str] = field(default=None, metadata=opt(
@@ -25,12 +30,11 @@ class DataOptions(Section):
         help="data loading workers per process (-1: derived from the cores)"))
     @property
     def backend(self) -> str:
-        return "synthetic" if self.dummy else self.data_backend
+        return selected_backend(self.dummy, self.data_backend)
 
     @classmethod
     def rules(cls, values) -> None:
-        backend = "synthetic" if values.dummy else values.data_backend
-        if backend != "synthetic" and not values.data:
+        if selected_backend(values.dummy, values.data_backend) != "synthetic" and not values.data:
             raise UsageError("the dataset path is missing: pass DATA (a folder with train/ and "
                              "val/), or use --dummy for synthetic data")
 
