@@ -66,8 +66,10 @@ def test_options_name_what_they_need_not_which_scripts_have_them():
     assert provided == CAPABILITIES
     for f in dataclasses.fields(PSConfig):
         assert f.metadata["needs"] in CAPABILITIES | {None}, f.name
-    source = Path(config.__file__).read_text()
-    assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)]
+    sources = [Path(config.__file__), *(Path(config.__file__).parent / "options").glob("*.py")]
+    for path in sources:
+        source = path.read_text()
+        assert not [name for name in ENTRIES if re.search(rf'"{name}"', source)], path
 
 
 def test_no_code_decides_by_an_entry_or_strategy_name():
