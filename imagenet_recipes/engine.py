@@ -202,7 +202,7 @@ class Trainer:
                        f"device {self.device}, {self._precision_text()}, global batch "
                        f"{self.plan.global_batch}, lr {self.plan.lr:.4g}, seed {cfg.seed}; "
                        f"logging to {self.run_dir}")
-        for line in scaling_note(cfg, self.plan):
+        for line in scaling_note(cfg.config, cfg.lr, self.plan):
             self.log.print(f"=> {line}")
         # None for a tool's own Trainer (bench.bare_loop, bench.gpu)
         entry = ENTRIES.get(self.entry)

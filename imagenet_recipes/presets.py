@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .errors import UsageError
+from .options import BatchOptions, OptimizerOptions
 
 PER_INVOCATION = ("config", "resume", "run_name", "evaluate", "start_epoch")
 # Package data: an installed wheel has them (`--config NAME` from any folder, any environment);
@@ -144,14 +145,15 @@ def reference_of(path_text: Optional[str]) -> Optional[Dict[str, Any]]:
     return reference if isinstance(reference, dict) else None
 
 
-def scaling_note(cfg, plan) -> List[str]:
-    """Lines telling how this run (its run_plan.RunPlan) differs from the preset's published one
-    in scale, and what the linear scaling rule made of it; [] without a [reference] table."""
-    ref = reference_of(cfg.config)
+def scaling_note(preset: Optional[str], lr_per_256: float, plan) -> List[str]:
+    """Lines telling how this run (its run_plan.RunPlan) differs from the `preset`'s (--config)
+    published one in scale, and what the linear scaling rule made of --lr `lr_per_256`; []
+    without a [reference] table."""
+    ref = reference_of(preset)
     if not ref:
         return []
     world_size, global_batch, lr = plan.world_size, plan.global_batch, plan.lr
-    lines = [f"recipe {ref.get('name', cfg.config)}: published {ref['top1']} % top-1 in "
+    lines = [f"recipe {ref.get('name', preset)}: published {ref['top1']} % top-1 in "
              f"{ref['epochs']} epochs on {ref['gpus']} GPUs, global batch "
              f"{ref['global_batch']}, peak lr {ref['lr']:g} ({ref.get('source', '')})"]
     if global_batch == ref["global_batch"]:
@@ -160,7 +162,7 @@ def scaling_note(cfg, plan) -> List[str]:
         return lines
     lines.append(f"this run: {world_size} process(es) x -b {plan.batch_size} x --grad-accum "
                  f"{plan.grad_accum} = global batch {global_batch}, so the peak lr is "
-                 f"{lr:.4g} (--lr {cfg.lr:g} per 256 images, scaled linearly)")
+                 f"{lr:.4g} (--lr {lr_per_256:g} per 256 images, scaled linearly)")
     accumulate = ref["global_batch"] / (plan.batch_size * world_size)
     if accumulate > 1 and accumulate == math.floor(accumulate):
         lines.append(f"to train with the published global batch on {world_size} process(es), "
@@ -176,16 +178,14 @@ LARGE_BATCH_FACTOR = 4
 LARGE_BATCH_OPTIMIZERS = ("lars", "lamb")
 
 
-def global_batch_target(cfg) -> Optional[int]:
-    """--global-batch as a number of images (published: the preset's); None without it."""
-    if cfg.global_batch is None:
+def global_batch_target(batch: BatchOptions, preset: Optional[str]) -> Optional[int]:
+    """--global-batch as a number of images (published: the --config `preset`'s); None
+    without it. (BatchOptions has refused any other value.)"""
+    if batch.global_batch is None:
         return None
-    if cfg.global_batch != "published":
-        if not cfg.global_batch.isdigit() or int(cfg.global_batch) <= 0:
-            raise UsageError(f"--global-batch takes a positive number of images or 'published', "
-                             f"got {cfg.global_batch!r}")
-        return int(cfg.global_batch)
-    ref = reference_of(cfg.config)
+    if batch.global_batch != "published":
+        return int(batch.global_batch)
+    ref = reference_of(preset)
     if not ref:
         raise UsageError("--global-batch published needs a --config preset with a published "
                          "run ([reference] with global_batch); give a number instead")
@@ -205,15 +205,16 @@ def split_global_batch(target: int, world_size: int, most_per_process: int) -> T
     return per_process // accumulate, accumulate
 
 
-def large_batch_refusal(cfg, global_batch: int, lr: float) -> Optional[str]:
-    """Why a preset is not trained at `global_batch` (more than LARGE_BATCH_FACTOR x its published
-    one with an optimizer that was not made for it), or None."""
-    ref = reference_of(cfg.config)
-    if (not ref or cfg.allow_large_batch or cfg.optimizer in LARGE_BATCH_OPTIMIZERS
+def large_batch_refusal(preset: Optional[str], batch: BatchOptions, optimizer: OptimizerOptions,
+                        global_batch: int, lr: float) -> Optional[str]:
+    """Why the --config `preset` is not trained at `global_batch` (more than LARGE_BATCH_FACTOR x
+    its published one with an optimizer that was not made for it), or None."""
+    ref = reference_of(preset)
+    if (not ref or batch.allow_large_batch or optimizer.optimizer in LARGE_BATCH_OPTIMIZERS
             or global_batch <= LARGE_BATCH_FACTOR * ref["global_batch"]):
         return None
     return (f"global batch {global_batch} is {global_batch / ref['global_batch']:.2f}x the "
-            f"published {ref['global_batch']} of {ref.get('name', cfg.config)} (peak lr "
+            f"published {ref['global_batch']} of {ref.get('name', preset)} (peak lr "
             f"{lr:.4g} by the linear rule): outside what the recipe was validated at, and "
             f"momentum SGD that far beyond it needs a recipe of its own (goyal_8k's warm-up, or "
             f"--opt lars / lamb). Keep the recipe on any number of processes with --global-batch "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict
 
 from .errors import UsageError
+from .options import BatchOptions, OptimizerOptions
 from .presets import global_batch_target, large_batch_refusal, split_global_batch
 from .schedule import scaled_lr
 
@@ -76,11 +77,12 @@ def plan_run(cfg, world_size: int, device_type: str) -> RunPlan:
     """The plan of `cfg` on `world_size` processes of `device_type`; a UsageError where the
     global batch cannot be split among them, or is too large for the preset's recipe."""
     batch_size, grad_accum = cfg.batch_size, cfg.grad_accum
-    target = global_batch_target(cfg)
+    target = global_batch_target(BatchOptions.of(cfg), cfg.config)
     if target is not None:  # -b is then the most one forward pass may take
         batch_size, grad_accum = split_global_batch(target, world_size, batch_size)
     plan = _plan(cfg, world_size, device_type, batch_size, grad_accum)
-    too_large = large_batch_refusal(cfg, plan.global_batch, plan.lr)
+    too_large = large_batch_refusal(cfg.config, BatchOptions.of(cfg), OptimizerOptions.of(cfg),
+                                    plan.global_batch, plan.lr)
     if too_large:
         raise UsageError(too_large)
     return plan

@@ -192,10 +192,10 @@ def test_the_engine_package_has_no_import_cycle():
 # study: ARCHITECTURE.md, "Product, tools, lab").
 LAYERS = (
     ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "gpu_expected",
-                     "peer_flags", "presets",
+                     "peer_flags",
                      "progress", "metrics", "compiled_graphs", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
-    ("options", ("options",)),
+    ("options", ("options", "presets")),
     ("config", ("config",)),
     ("parts", ("precision", "models", "optim", "schedule", "run_plan", "ema", "targets", "checkpoint",
                "runlog", "summary", "validation", "lifecycle", "data")),

@@ -425,10 +425,10 @@ def test_a_preset_says_what_changes_on_fewer_processes():
     cfg = parse_args(["--dummy", "--config", str(REPO / "recipes" / "torchvision_v2.toml")])
     plan = plan_run(cfg, world_size=2, device_type="cpu")
     assert (plan.global_batch, plan.lr) == (256, 0.125)
-    lines = scaling_note(cfg, plan)
+    lines = scaling_note(cfg.config, cfg.lr, plan)
     assert "80.858 %" in lines[0] and "global batch 1024" in lines[0]
     assert "global batch 256" in lines[1] and "--grad-accum 4" in lines[2]
-    assert scaling_note(_cfg(), plan_run(_cfg(), 1, "cpu")) == []
+    assert scaling_note(None, 0.1, plan_run(_cfg(), 1, "cpu")) == []
     assert not math.isnan(cfg.lr)
 
 
@@ -448,24 +448,26 @@ def test_global_batch_published_keeps_the_recipe_on_any_number_of_processes(targ
 
 def test_more_than_4x_a_presets_global_batch_is_refused_unless_asked_for():
     cfg = parse_args(["--dummy", "--config", "nvidia_rn50_amp"], entry="ddp_apex")
-    assert global_batch_target(cfg) is None
-    assert large_batch_refusal(cfg, 4 * 2048, 8.192) is None  # 4 nodes x 8 GPUs x 256: allowed
-    refused = large_batch_refusal(cfg, 8 * 2048, 16.384)
+    assert global_batch_target(cfg, cfg.config) is None
+    assert large_batch_refusal(cfg.config, cfg, cfg, 4 * 2048, 8.192) is None  # 4 x 8 GPUs x 256
+    refused = large_batch_refusal(cfg.config, cfg, cfg, 8 * 2048, 16.384)
     assert refused.startswith("global batch 16384 is 8.00x the published 2048 of NVIDIA "
                               "DeepLearningExamples ResNet-50 v1.5 AMP (peak lr 16.38")
     assert "--global-batch published" in refused and "--allow-large-batch" in refused
     for extra in (["--allow-large-batch"], ["--opt", "lars"], ["--opt", "lamb"]):
         allowed = parse_args(["--dummy", "--config", "nvidia_rn50_amp", *extra],
                              entry="ddp_apex")
-        assert large_batch_refusal(allowed, 8 * 2048, 16.384) is None, extra
-    assert large_batch_refusal(_cfg(), 10 ** 6, 1.0) is None  # no preset: no published batch
+        assert large_batch_refusal(allowed.config, allowed, allowed, 8 * 2048, 16.384) is None, \
+            extra
+    assert large_batch_refusal(None, _cfg(), _cfg(), 10 ** 6, 1.0) is None  # no published batch
     published = parse_args(["--dummy", "--config", "nvidia_rn50_amp", "--global-batch",
                             "published"], entry="ddp_apex")
-    assert global_batch_target(published) == 2048
+    assert global_batch_target(published, published.config) == 2048
     with pytest.raises(UsageError, match="needs a --config preset"):
-        global_batch_target(parse_args(["--dummy", "--global-batch", "published"]))
-    with pytest.raises(UsageError, match="--global-batch takes a positive number"):
-        global_batch_target(parse_args(["--dummy", "--global-batch", "x4"]))
+        global_batch_target(parse_args(["--dummy", "--global-batch", "published"]), None)
+    for bad in ("x4", "0"):  # refused as it is parsed, before any process plans the run
+        with pytest.raises(UsageError, match="--global-batch takes a positive number"):
+            parse_args(["--dummy", "--global-batch", bad])
 
 
 def test_the_readme_and_sbatch_commands_keep_each_presets_global_batch():
@@ -506,7 +508,7 @@ def test_a_preset_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
         by_name = parse_args(["--dummy", "--config", name])
         assert {k: v for k, v in by_name.to_dict().items() if k != "config"} == \
             {k: v for k, v in by_path.to_dict().items() if k != "config"}
-        note = scaling_note(by_name, plan_run(by_name, 2, "cpu"))
+        note = scaling_note(by_name.config, by_name.lr, plan_run(by_name, 2, "cpu"))
         assert note[0].startswith("recipe torchvision ResNet-50")
     # a file of that name in the current folder comes first
     _write(tmp_path / "torchvision_v2.toml", {"epochs": 7})

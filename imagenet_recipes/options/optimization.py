@@ -36,6 +36,15 @@ class BatchOptions(Section):
         "batch without LARS/LAMB (refused otherwise: not what the recipe was validated at)"))
 
 
+    @classmethod
+    def rules(cls, values) -> None:
+        given = values.global_batch
+        if given is not None and given != "published" and not (given.isdigit()
+                                                                and int(given) > 0):
+            raise UsageError(f"--global-batch takes a positive number of images or 'published', "
+                             f"got {given!r}")
+
+
 @dataclass(frozen=True)
 class OptimizerOptions(Section):
     """The optimizer, its lr (per 256 images) and its regularisation."""
