@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 import torch
 from torch.utils.data import Sampler
 
-from ..config import TrainConfig
+from ..options import AugmentOptions
 from .augment import progressive_crop
 
 
@@ -114,7 +114,7 @@ class ShardedSampler(Sampler):
         return len(range(self.rank, remaining, self.world))
 
 
-def train_sampling(cfg: TrainConfig, train: bool) -> dict:
+def train_sampling(cfg: AugmentOptions, train: bool) -> dict:
     """The training sampler's recipe options: repeated augmentation, progressive resizing."""
     if not train:
         return {}
