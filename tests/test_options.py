@@ -129,7 +129,7 @@ def test_a_backends_own_options_are_accepted_with_it_and_a_presets_are_defaults(
 COMPOSERS = {"config", "cli", "engine", "lifecycle", "ps.main"}
 NOT_YET = {"run_plan", "strategies.base", "strategies.fsdp", "data",
            "data.folders", "data.synthetic", "data.pytorch", "data.dali",
-           "data.gpu_decode", "data.loader_server", "ps.update_rules", "ps.worker", "ps.server",
+           "data.gpu_decode", "ps.update_rules", "ps.worker", "ps.server",
            "ps.evaluator", "ps.shards", "ps.config"}
 WHOLE = {"TrainConfig", "PSConfig"}
 

@@ -14,8 +14,8 @@ import os
 import tempfile
 from typing import Dict, Iterator, Optional
 
-from ..config import TrainConfig
 from ..errors import UsageError
+from ..options import DataOptions
 from ..registry import DATA_BACKENDS, backends_where
 
 # The backends whose loaders run DataLoader worker processes, started from this server.
@@ -52,12 +52,12 @@ def loader_worker_context() -> multiprocessing.context.BaseContext:
     return context
 
 
-def uses_loader_workers(cfg: TrainConfig) -> bool:
+def uses_loader_workers(cfg: DataOptions) -> bool:
     """Whether this run's loaders start worker processes (-j 0 loads in the trainer itself)."""
     return cfg.backend in WORKER_BACKENDS and cfg.workers != 0
 
 
-def start_loader_server(cfg: TrainConfig) -> None:
+def start_loader_server(cfg: DataOptions) -> None:
     if uses_loader_workers(cfg):
         ensure_loader_server()
 
