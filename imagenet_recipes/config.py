@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import UsageError
-from .options import BACKEND_SECTIONS, SECTIONS, backend_groups
+from .options import BACKEND_SECTIONS, SECTIONS, backend_groups, backend_section_title
 from .options.data import selected_backend
 from .options.fields import DATA, HELP_GROUPS, PRESETS, flag_of
 from .peer_flags import ALIASES, add_refused_flags, refuse_other_projects_flags
@@ -132,10 +132,8 @@ def refuse_other_backends_options(ns: dict, defaults: dict) -> None:
             continue
         for f in dataclasses.fields(section):
             if ns[f.name] != defaults.get(f.name, f.default):
-                owners = " / ".join(name for name, entry in DATA_BACKENDS.items()
-                                    if entry.options == key)
-                raise UsageError(f"{flag_of(f)} is an option of --data-backend {owners}, not of "
-                                 f"--data-backend {backend}: drop it, or select that backend")
+                raise UsageError(f"{flag_of(f)} is an option of {backend_section_title(key)}, not "
+                                 f"of --data-backend {backend}: drop it, or select that backend")
 
 
 def _early_options(argv: Optional[list]) -> argparse.Namespace:

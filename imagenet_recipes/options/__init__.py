@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..registry import DATA_BACKENDS
 from .augment import AugmentOptions
 from .data import DaliOptions, DataOptions, GpuDecodeOptions, SyntheticOptions
 from .distribution import DdpOptions, DistributionOptions, HorovodOptions
@@ -28,18 +29,17 @@ BACKEND_SECTIONS = {"synthetic": SyntheticOptions, "gpu_decode": GpuDecodeOption
                     "dali": DaliOptions}
 
 
+def backend_section_title(key: str) -> str:
+    """`--data-backend NAME`: the backends whose registry entries name the section `key` (its
+    -h group, and what a refusal of its options names)."""
+    names = [name for name, backend in DATA_BACKENDS.items() if backend.options == key]
+    return f"--data-backend {' / '.join(names)}"
+
 
 def backend_groups() -> dict:
-    """The -h group of each backend section's fields: `--data-backend NAME`, after the backends
-    whose registry entries name it."""
-    from ..registry import DATA_BACKENDS
-
-    groups = {}
-    for key, section in BACKEND_SECTIONS.items():
-        names = [name for name, backend in DATA_BACKENDS.items() if backend.options == key]
-        for f in dataclasses.fields(section):
-            groups[f.name] = f"--data-backend {' / '.join(names)}"
-    return groups
+    """The -h group of each backend section's fields."""
+    return {f.name: backend_section_title(key) for key, section in BACKEND_SECTIONS.items()
+            for f in dataclasses.fields(section)}
 
 
 __all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "Section", "opt", *(
