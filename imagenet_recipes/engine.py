@@ -26,7 +26,8 @@ from .errors import UsageError
 from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, input_size_refusal, load_command
-from .options import AugmentOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
+from .options import (AugmentOptions, EmaOptions, LoaderOptions, LossOptions, OptimizerOptions,
+                      ScheduleOptions)
 from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
@@ -83,7 +84,7 @@ class Trainer:
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
         self.train_loader, self.val_loader, self.num_classes = build_loaders(
-            cfg, strategy.data_shard(), self.device, self.plan)
+            LoaderOptions.of(cfg), strategy.data_shard(), self.device, self.plan)
         resume_state = self._load_resume_state(self.num_classes)
 
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,

@@ -217,6 +217,17 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
+def loaders_for(cfg, shard, device: torch.device):
+    """build_loaders as a run of `cfg` on the shard's processes calls it: with the run's loader
+    options and its plan."""
+    from imagenet_recipes.data import build_loaders
+    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.run_plan import plan_run
+
+    return build_loaders(LoaderOptions.of(cfg), shard, device,
+                         plan_run(cfg, shard.world_size, device.type))
+
+
 def proc_stat(pid: int) -> List[str]:
     """The fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ... (the name,
     in parentheses, may hold spaces, so the split starts after its ")"). OSError when gone."""

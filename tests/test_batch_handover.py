@@ -9,11 +9,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from conftest import loaders_for
 from imagenet_recipes.config import parse_args
-from imagenet_recipes.data import build_loaders
 from imagenet_recipes.data.batch_memory import SLOTS
 from imagenet_recipes.data.folders import collate_uint8, image_folders
 from imagenet_recipes.data.loading import UInt8Normalizer
+from imagenet_recipes.options import AugmentOptions
 from imagenet_recipes.strategies import Strategy
 
 pytest.importorskip("nvidia.nvimgcodec", reason="requirements.txt has it; this environment "
@@ -39,7 +40,7 @@ def worker_batches(dataset, keys):
 def folders(tiny_imagefolder):
     cfg = parse_args(["-a", "resnet18", "--image-size", str(SIZE), str(tiny_imagefolder)],
                      entry="nd")
-    return image_folders(cfg)
+    return image_folders(cfg.data, AugmentOptions.of(cfg))
 
 
 @pytest.mark.slow
@@ -91,7 +92,7 @@ def test_a_channels_last_batch_is_normalised_into_the_layout_asked_for(channels_
 def pytorch_loaders(data, workers: int):
     cfg = parse_args(["-a", "resnet18", "--image-size", str(SIZE), "-b", "4", "-j",
                       str(workers), "--device", "cpu", str(data)], entry="nd")
-    train, val, _ = build_loaders(cfg, Strategy().data_shard(), torch.device("cpu"))
+    train, val, _ = loaders_for(cfg, Strategy().data_shard(), torch.device("cpu"))
     return train, val
 
 

@@ -10,12 +10,13 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import TINY, add_damaged_files, assert_resume_is_exact, records, run_script
+from conftest import (TINY, add_damaged_files, assert_resume_is_exact, loaders_for, records,
+                      run_script)
 
 pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
 
 from imagenet_recipes.config import UsageError, parse_args  # noqa: E402
-from imagenet_recipes.data import Shard, build_loaders  # noqa: E402
+from imagenet_recipes.data import Shard  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -39,7 +40,7 @@ def loaders():
     built = []
 
     def build(cfg, shard):
-        train, val, classes = build_loaders(cfg, shard, CPU)
+        train, val, classes = loaders_for(cfg, shard, CPU)
         built.extend((train, val))
         return train, val, classes
     yield build
@@ -141,12 +142,12 @@ def test_dali_cpu_left_out_damaged_files_are_counted(tiny_imagefolder, tmp_path)
 def test_dali_missing_names_the_package(tiny_imagefolder, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # `import nvidia.dali` now fails
     with pytest.raises(UsageError, match="pip install nvidia-dali-cuda130"):
-        build_loaders(_cfg(tiny_imagefolder), _rank(0, 1), CPU)
+        loaders_for(_cfg(tiny_imagefolder), _rank(0, 1), CPU)
 
 
 def test_dali_gpu_without_a_gpu_suggests_dali_cpu(tiny_imagefolder):
     with pytest.raises(UsageError, match="use --data-backend dali-cpu"):
-        build_loaders(_cfg(tiny_imagefolder, "dali-gpu"), _rank(0, 1), CPU)
+        loaders_for(_cfg(tiny_imagefolder, "dali-gpu"), _rank(0, 1), CPU)
 
 
 @pytest.fixture

@@ -32,13 +32,13 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 from torchvision.transforms.v2 import functional as TF
 
-from conftest import (LOADER_WORKERS, REPO, TESTS, TINY, TRAIN, add_damaged_files, records,
-                      run_script, script_env, traced,
-                      traced_samples)
+from conftest import (LOADER_WORKERS, REPO, TESTS, TINY, TRAIN, add_damaged_files, loaders_for,
+                      records, run_script, script_env, traced, traced_samples)
 from imagenet_recipes.config import UsageError, parse_args
-from imagenet_recipes.data import Shard, build_loaders, read_image_uint8
+from imagenet_recipes.data import Shard, read_image_uint8
 from imagenet_recipes.data import gpu_decode
 from imagenet_recipes.data.folders import image_folders
+from imagenet_recipes.options import AugmentOptions, LoaderOptions
 from imagenet_recipes.run_plan import plan_run
 
 CPU = torch.device("cpu")
@@ -72,7 +72,7 @@ def _cfg(data, backend="gpu", *extra):
 
 def _batches(cfg, split: str, rank: int = 0, world: int = 1, epoch: int = 1):
     """Every (images, targets) batch of one rank's pass over `split`, and its skipped count."""
-    train, val, _ = build_loaders(cfg, Shard(rank, world, is_main=rank == 0), CPU)
+    train, val, _ = loaders_for(cfg, Shard(rank, world, is_main=rank == 0), CPU)
     loader = train if split == "train" else val
     loader.set_epoch(epoch)
     batches = [(x, y) for x, y in loader]
@@ -105,8 +105,8 @@ def test_crop_draw_is_the_pytorch_backends_crop_and_flip(tiny_imagefolder, torch
     """CropDraw's box and flip, applied with torchvision's own crop and resize, give exactly the
     image the pytorch backend's dataset gives for the same sample key."""
     cfg = _cfg(tiny_imagefolder, "pytorch")
-    train_set, _ = image_folders(cfg)
-    draw = gpu_decode.CropDraw(cfg)
+    train_set, _ = image_folders(cfg.data, AugmentOptions.of(cfg))
+    draw = gpu_decode.CropDraw(AugmentOptions.of(cfg))
     flips = set()
     for index in range(0, len(train_set), 5):
         for seed in (index, 10 ** 15 + index):
@@ -173,16 +173,16 @@ def test_refused_augmentations_name_the_backends_that_have_them(tiny_imagefolder
     for extra in (["--auto-augment", "ta_wide"], ["--random-erase", "0.25"]):
         with pytest.raises(UsageError, match=r"--data-backend gpu does not do .*pytorch, "
                                              r"dali-gpu or dali-cpu"):
-            build_loaders(_cfg(tiny_imagefolder, "gpu", *extra), Shard(), CPU)
+            loaders_for(_cfg(tiny_imagefolder, "gpu", *extra), Shard(), CPU)
 
 
 def test_without_its_decoder_the_backend_says_what_to_install(tiny_imagefolder, monkeypatch):
     monkeypatch.setitem(sys.modules, "torchcodec.decoders", None)  # import fails
     with pytest.raises(UsageError, match="pip install torchcodec"):
-        build_loaders(_cfg(tiny_imagefolder), Shard(), CPU)
+        loaders_for(_cfg(tiny_imagefolder), Shard(), CPU)
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)
     with pytest.raises(UsageError, match=r"pip install 'nvidia-nvimgcodec-cu13\[nvjpeg\]'"):
-        build_loaders(_cfg(tiny_imagefolder, "gpu", "--gpu-decoder", "nvimgcodec"), Shard(), CPU)
+        loaders_for(_cfg(tiny_imagefolder, "gpu", "--gpu-decoder", "nvimgcodec"), Shard(), CPU)
 
 
 # --- against the pytorch backend -----------------------------------------------------------------
@@ -487,7 +487,8 @@ def test_the_decoders_are_built_as_dali_builds_its_own(monkeypatch):
                       "--gpu-decoder", "nvimgcodec", "--gpu-hw-decoder-load", "0.9",
                       "/nonexistent"], entry="nd")
     with pytest.raises(UsageError, match="does not exist"):  # after the decoder is made
-        gpu_decode.build(cfg, Shard(0, 8, local_world_size=8), CPU, plan_run(cfg, 8, "cpu"))
+        gpu_decode.build(LoaderOptions.of(cfg), Shard(0, 8, local_world_size=8), CPU,
+                         plan_run(cfg, 8, "cpu"))
     assert seen == [("nvimgcodec", jpeg_decoders.DecoderSettings(threads=2, batch_size=208,
                                                                  hw_load=0.9))]
     with pytest.raises(UsageError, match="--gpu-hw-decoder-load is a share"):
@@ -503,13 +504,13 @@ def test_region_decoding_in_the_workers_says_once_when_nvimgcodec_is_missing(
     monkeypatch.setitem(sys.modules, "nvidia.nvimgcodec", None)
     monkeypatch.setattr(folders, "_told_whole_decoding", False)
     for _ in range(2):
-        train, val, _ = build_loaders(_cfg(tiny_imagefolder, "pytorch"), Shard(), CPU)
+        train, val, _ = loaders_for(_cfg(tiny_imagefolder, "pytorch"), Shard(), CPU)
         train.close()
         val.close()
     said = [line for line in capsys.readouterr().out.splitlines() if "nvImageCodec" in line]
     assert len(said) == 1 and "decode whole images" in said[0], said
     assert "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]'" in said[0]
-    train, val, _ = build_loaders(_cfg(tiny_imagefolder, "pytorch"), Shard(1, 2, is_main=False),
+    train, val, _ = loaders_for(_cfg(tiny_imagefolder, "pytorch"), Shard(1, 2, is_main=False),
                                   CPU)
     assert not capsys.readouterr().out
 
@@ -552,7 +553,7 @@ def test_the_producer_sends_each_batch_to_the_device_in_one_copy(tiny_imagefolde
     send = host_batch.HostBatch.send
     monkeypatch.setattr(host_batch.HostBatch, "send",
                         lambda self: sends.append(len(self.parts)) or send(self))
-    train, val, _ = build_loaders(cfg, Shard(), CPU)
+    train, val, _ = loaders_for(cfg, Shard(), CPU)
     loader = train if split == "train" else val
     loader.ahead = 0  # prepared in this thread, where the counting mode is
     loader.set_epoch(1)

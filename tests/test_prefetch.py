@@ -139,7 +139,8 @@ def gpu_loader(tiny_imagefolder, monkeypatch):
     order in which its prepare thread and its workers ended (`ends`)."""
     pytest.importorskip("torchcodec")
     from imagenet_recipes.config import parse_args
-    from imagenet_recipes.data import Shard, build_loaders, loading
+    from conftest import loaders_for
+    from imagenet_recipes.data import Shard, loading
 
     ends = []
     shutdown = loading.shutdown_workers
@@ -152,7 +153,7 @@ def gpu_loader(tiny_imagefolder, monkeypatch):
     monkeypatch.setattr(loading, "shutdown_workers", recorded_shutdown)
     cfg = parse_args(["-a", "timm/test_resnet", "--image-size", "32", "-b", "4", "-j", "1",
                       "--data-backend", "gpu", str(tiny_imagefolder)], entry="nd")
-    train, val, _ = build_loaders(cfg, Shard(), CPU)
+    train, val, _ = loaders_for(cfg, Shard(), CPU)
     train.set_epoch(0)
     yield train, ends
     train.close()

@@ -13,10 +13,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
 
-from conftest import REPO
+from conftest import REPO, loaders_for
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.options.optimization import OPTIMIZERS
-from imagenet_recipes.data import Shard, ShardedSampler, build_loaders
+from imagenet_recipes.data import Shard, ShardedSampler
 from imagenet_recipes.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
 from imagenet_recipes.data.loading import UInt8Normalizer
 from imagenet_recipes.ema import ModelEMA, ema_decay_per_update
@@ -315,7 +315,7 @@ def test_progressive_resizing_follows_ffcvs_ramp():
 def test_progressive_resizing_reaches_the_training_batches(tiny_imagefolder):
     cfg = parse_args(["-j", "0", "-b", "4", "--image-size", "32", "--epochs", "4",
                       "--progressive-resize", "32", "96", "0", "2", str(tiny_imagefolder)])
-    train, val, _ = build_loaders(cfg, Shard(), torch.device("cpu"))
+    train, val, _ = loaders_for(cfg, Shard(), torch.device("cpu"))
     sizes = []
     for epoch in (0, 1, 2):
         train.set_epoch(epoch)

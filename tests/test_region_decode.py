@@ -14,6 +14,7 @@ from conftest import add_damaged_files
 from imagenet_recipes.config import parse_args
 from imagenet_recipes.data import jpeg_decoders
 from imagenet_recipes.data.folders import image_folders
+from imagenet_recipes.options import AugmentOptions
 
 pytest.importorskip("nvidia.nvimgcodec", reason="requirements.txt has it; this environment "
                     "lacks it")
@@ -37,7 +38,7 @@ def regions_decoded(monkeypatch) -> list:
 def pairs(data, *extra, every: int = 3):
     """(with regions, whole) of every `every`th training sample, each under two seeds."""
     cfg = parse_args(["-a", "resnet18", "--image-size", "48", *extra, str(data)], entry="nd")
-    train, _ = image_folders(cfg)
+    train, _ = image_folders(cfg.data, AugmentOptions.of(cfg))
     assert train.decode_regions
     for index in range(0, len(train), every):
         for seed in (index, 10 ** 12 + index):
@@ -102,7 +103,7 @@ def test_files_other_than_plain_jpegs_are_decoded_whole_alike(tiny_imagefolder, 
 
 def test_validation_decodes_whole_images(tiny_imagefolder):
     cfg = parse_args(["-a", "resnet18", str(tiny_imagefolder)], entry="nd")
-    _, val = image_folders(cfg)
+    _, val = image_folders(cfg.data, AugmentOptions.of(cfg))
     assert not val.decode_regions
 
 
@@ -113,7 +114,7 @@ def test_a_region_reader_that_cannot_be_made_leaves_whole_images_with_one_warnin
     pixels as with regions; one warning says why, and no file is counted unreadable. (Made
     inside the per-file error handler, it made every file "unreadable" instead.)"""
     cfg = parse_args(["-a", "resnet18", "--image-size", "48", str(tiny_imagefolder)], entry="nd")
-    expected, _ = image_folders(cfg)
+    expected, _ = image_folders(cfg.data, AugmentOptions.of(cfg))
     keys = [(index, index, None) for index in range(0, len(expected), 4)]
     wanted = [expected[key] for key in keys]
 
@@ -121,7 +122,7 @@ def test_a_region_reader_that_cannot_be_made_leaves_whole_images_with_one_warnin
         raise RuntimeError("nvImageCodec: CUDA driver initialisation failed")
 
     monkeypatch.setattr(jpeg_decoders.CropRegionReader, "__init__", cannot)
-    train, _ = image_folders(cfg)
+    train, _ = image_folders(cfg.data, AugmentOptions.of(cfg))
     assert train.decode_regions
     with pytest.warns(UserWarning) as warned:
         got = [train[key] for key in keys]

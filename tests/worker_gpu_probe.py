@@ -19,13 +19,16 @@ if __name__ == "__main__":
 
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data import Shard, build_loaders
+    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.run_plan import plan_run
     from imagenet_recipes.data.loader_server import start_loader_server
 
     backend, data = sys.argv[1], sys.argv[2]
     cfg = parse_args(["-a", "timm/test_resnet", "--image-size", "32", "-b", "4", "-j", "2",
                       "--data-backend", backend, data], entry="nd")
     start_loader_server(cfg)
-    train, val, _ = build_loaders(cfg, Shard(), torch.device("cpu"))
+    train, val, _ = build_loaders(LoaderOptions.of(cfg), Shard(), torch.device("cpu"),
+                                  plan_run(cfg, 1, "cpu"))
     train.set_epoch(0)
     batches = iter(train)
     next(batches)

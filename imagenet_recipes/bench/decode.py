@@ -113,6 +113,8 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
 
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data import Shard, build_loaders
+    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.run_plan import plan_run
 
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     # prefetch: what a pytorch-style loader holds ready before the clock starts
@@ -122,7 +124,8 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
                       "--image-size", str(args.image_size), "--channels-last",
                       "--steps-per-epoch", str(warm + args.batches), *backend_flags(row),
                       str(args.data)], entry="nd")
-    train, val, _ = build_loaders(cfg, Shard(), device)
+    train, val, _ = build_loaders(LoaderOptions.of(cfg), Shard(), device,
+                                  plan_run(cfg, 1, device.type))
     train.set_epoch(0)
     batches, images, warm_images = iter(train), 0, 0
     try:

@@ -61,6 +61,8 @@ from imagenet_recipes.bench.render import render
 
 from imagenet_recipes.config import parse_args
 from imagenet_recipes.data import IMAGENET_MEAN, IMAGENET_STD, build_loaders
+from imagenet_recipes.options import LoaderOptions
+from imagenet_recipes.run_plan import plan_run
 from imagenet_recipes.strategies import Strategy
 
 # --- decode-only ceilings ------------------------------------------------------------------------
@@ -146,7 +148,9 @@ def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers
     """The training loader a run of this repository would use, built the same way."""
     cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
                       "--data-backend", backend, str(data)])
-    return build_loaders(cfg, Strategy().data_shard(), device)[0]  # planned for one process
+    shard = Strategy().data_shard()
+    plan = plan_run(cfg, shard.world_size, device.type)
+    return build_loaders(LoaderOptions.of(cfg), shard, device, plan)[0]
 
 
 def recipe_backend(data: Path, backend: str, batch: int, size: int, workers: int):

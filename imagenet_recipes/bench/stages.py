@@ -65,6 +65,7 @@ def stage_functions(data: Path, images: int, size: int, batch: int):
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data.folders import collate_uint8, image_folders
     from imagenet_recipes.data.jpeg_decoders import CropRegionReader
+    from imagenet_recipes.options import AugmentOptions
 
     paths = sorted(str(p) for p in (data / "train").rglob("*") if p.is_file())[:images]
     files = [torchvision.io.read_file(p) for p in paths]
@@ -104,7 +105,7 @@ def stage_functions(data: Path, images: int, size: int, batch: int):
 
     cfg = parse_args(["-a", "resnet18", "--image-size", str(size), "-b", str(batch), "-j", "1",
                       "--data-backend", "pytorch", str(data)], entry="nd")
-    train_set, _ = image_folders(cfg)
+    train_set, _ = image_folders(cfg.data, AugmentOptions.of(cfg))
     index_of = {p: k for k, (p, _) in enumerate(train_set.samples)}
     keys = [(index_of[p], i, None) for i, p in enumerate(paths)]
 

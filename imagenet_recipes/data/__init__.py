@@ -1,4 +1,4 @@
-"""Data loaders behind one factory: `build_loaders(cfg, shard, device, plan)`.
+"""Data loaders behind one factory: `build_loaders(options, shard, device, plan)`.
 
     sampling.py   Shard (what a loader knows of its process) and ShardedSampler (which samples,
                   in which order: the same global order for any number of processes)
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..options import LoaderOptions
 from ..registry import DATA_BACKENDS
 
 # Names the package offers, from the module that defines them. They are imported on first use
@@ -50,16 +51,12 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
 
 
-def build_loaders(cfg, shard, device, plan=None):
+def build_loaders(options: LoaderOptions, shard, device, plan):
     """-> (train_loader, val_loader, num_classes); loaders yield (images, targets) on device.
-    `plan`: the run's run_plan.RunPlan, whose images per forward pass, micro-batches per step
-    and memory layout the loaders follow (None: planned here for the shard's processes, as a
-    tool or a test asks).
+    `options`: what the backends read of the run's options (`LoaderOptions.of(cfg)`); `plan`:
+    the run's run_plan.RunPlan, whose images per forward pass, micro-batches per step and memory
+    layout the loaders follow.
 
     A backend's module is imported only when chosen (DALI is an optional dependency)."""
-    if plan is None:
-        from ..run_plan import plan_run
-
-        plan = plan_run(cfg, shard.world_size, device.type)
-    backend = importlib.import_module(DATA_BACKENDS[cfg.backend].path)
-    return backend.build(cfg, shard, device, plan)
+    backend = importlib.import_module(DATA_BACKENDS[options.backend].path)
+    return backend.build(options, shard, device, plan)

@@ -61,7 +61,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..config import TrainConfig
+from ..options import DaliOptions, LoaderOptions
 from ..errors import UsageError
 from ..machine import cores_per_process
 from ..run_plan import RunPlan
@@ -155,22 +155,27 @@ def find_damaged(paths: Sequence[str], shard: Shard, threads: int) -> List[int]:
 class DaliLoader:
     """One split: one DALI pipeline for the run, fed this rank's files of each pass."""
 
-    def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool, cfg: TrainConfig,
-                 plan: RunPlan, shard: Shard, device: torch.device, threads: int):
+    def __init__(self, samples: List[Tuple[str, int]], damaged: int, train: bool,
+                 options: LoaderOptions, plan: RunPlan, shard: Shard, device: torch.device,
+                 threads: int):
         self.fn, self.types, self.pipeline_def, self.Iterator, self.LastBatchPolicy = (
             import_dali())
-        self.samples, self.train, self.cfg, self.device = samples, train, cfg, device
-        self.decoder, self.augment, self.device_id = dali_placement(cfg.backend, device)
+        self.samples, self.train, self.device = samples, train, device
+        self.augment_options, self.steps_per_epoch = options.augment, options.steps_per_epoch
+        # dali-gpu's own section; dali-cpu has none, and its CPU decoder takes no such setting
+        own = options.own or DaliOptions()
+        self.hw_decoder_load = own.dali_hw_decoder_load
+        self.decoder, self.augment, self.device_id = dali_placement(options.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = plan.batch_size, threads, 0
         self.grad_accum = plan.grad_accum
-        self.seed = cfg.seed
+        self.seed = options.seed
         # --split by-class (parameter server): this worker's classes only
         subset = (shard.train_subset([label for _, label in samples])
                   if train and shard.train_subset else None)
         self.sampler = ShardedSampler(len(samples), self.rank, world, shuffle=train,
                                       seed=self.seed, subset=subset,
-                                      **train_sampling(cfg, train))
+                                      **train_sampling(options.augment, train))
         self.channels_last = plan.channels_last
         self.num_samples = len(self.sampler)
         # Files left out are counted once, by rank 0 (the engine sums `skipped` over ranks).
@@ -196,8 +201,8 @@ class DaliLoader:
         accum = max(self.grad_accum, 1)
         batches = math.ceil(self.sampler.size / self.sampler.world) // self.batch_size
         batches -= batches % accum
-        if self.cfg.steps_per_epoch:
-            batches = min(batches, self.cfg.steps_per_epoch * accum)
+        if self.steps_per_epoch:
+            batches = min(batches, self.steps_per_epoch * accum)
         done = self.sampler.start // (self.batch_size * self.sampler.world)
         return max(batches - done, 0)
 
@@ -223,9 +228,9 @@ class DaliLoader:
     def pipeline(self):
         """The DALI pipeline of this split: the external source's files read, decoded and
         augmented, all in DALI's threads."""
-        fn, types, cfg = self.fn, self.types, self.cfg
-        size = self._crop() or cfg.image_size
-        val_resize, val_crop = val_sizes(cfg)
+        fn, types, augment = self.fn, self.types, self.augment_options
+        size = self._crop() or augment.image_size
+        val_resize, val_crop = val_sizes(augment)
         seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per rank
 
         def graph():
@@ -234,15 +239,15 @@ class DaliLoader:
             encoded = fn.io.file.read(paths)  # in the pipeline's thread pool
             if self.train:
                 images = random_crop_decode(fn, types, encoded, self.decoder,
-                                            cfg.dali_hw_decoder_load)
+                                            self.hw_decoder_load)
                 images = self._to_augment_device(images)
                 images = fn.resize(images, resize_x=size, resize_y=size)
                 flip_or_crop = {"mirror": fn.random.coin_flip(probability=0.5)}
-                images = apply_policy(images, cfg, size)
+                images = apply_policy(images, augment, size)
             else:
                 images = fn.decoders.image(encoded, device=self.decoder, output_type=types.RGB,
                                            **mixed_decoder_options(self.decoder,
-                                                                   cfg.dali_hw_decoder_load))
+                                                                   self.hw_decoder_load))
                 images = self._to_augment_device(images)
                 images = fn.resize(images, resize_shorter=val_resize)
                 flip_or_crop = {"crop": (val_crop, val_crop)}  # centre crop
@@ -250,8 +255,8 @@ class DaliLoader:
                 images, dtype=types.FLOAT, output_layout="HWC" if self.channels_last else "CHW",
                 mean=[255 * m for m in IMAGENET_MEAN], std=[255 * s for s in IMAGENET_STD],
                 **flip_or_crop)
-            if self.train and cfg.random_erase > 0:
-                images = random_erase(images, cfg.random_erase, fn, types)
+            if self.train and augment.random_erase > 0:
+                images = random_erase(images, augment.random_erase, fn, types)
             return images, targets
 
         saved, self._resume_from = self._resume_from, None
@@ -342,11 +347,12 @@ class DaliLoader:
         self._batches = None  # releases the pipeline and its threads
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
+def build(options: LoaderOptions, shard: Shard, device: torch.device, plan: RunPlan):
     import_dali()
-    dali_placement(cfg.backend, device)  # fail early on dali-gpu without a GPU
-    train_set, val_set = image_folders(cfg)
-    threads = cfg.workers if cfg.workers > 0 else cores_per_process(shard.local_world_size)
+    dali_placement(options.backend, device)  # fail early on dali-gpu without a GPU
+    train_set, val_set = image_folders(options.data.data, options.augment)
+    requested = options.data.workers
+    threads = requested if requested > 0 else cores_per_process(shard.local_world_size)
     loaders = []
     for dataset, train in ((train_set, True), (val_set, False)):
         damaged = set(find_damaged([path for path, _ in dataset.samples], shard, threads))
@@ -354,6 +360,6 @@ def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
         if shard.is_main and damaged:
             console(f"note: {len(damaged)} file(s) under {dataset.root} are not complete "
                     f"JPEG/PNG images and are left out, e.g. {dataset.samples[min(damaged)][0]}")
-        loaders.append(DaliLoader(samples, len(damaged), train, cfg, plan, shard, device,
+        loaders.append(DaliLoader(samples, len(damaged), train, options, plan, shard, device,
                                   threads))
     return loaders[0], loaders[1], len(train_set.classes)

@@ -16,7 +16,7 @@ from torchvision.io import ImageReadMode, decode_image
 
 from torchvision.transforms import v2
 
-from ..config import TrainConfig
+from ..options import AugmentOptions
 from ..errors import UsageError
 from .augment import train_transform, val_transform
 from .batch_memory import BatchSlots, Tag, fresh_batch
@@ -211,18 +211,19 @@ def _image_folder(root: Path, make_transform, replace_unreadable: bool,
                          "(a small example: python data/make_synthetic.py DIR)") from None
 
 
-def image_folders(cfg: TrainConfig) -> Tuple[ImageFolderUint8, ImageFolderUint8]:
-    """The train/ and val/ ImageFolders of --data, checked: both exist, no class folder is
-    empty, and both have the same classes (so label i means the same class in both)."""
-    root = Path(cfg.data)
+def image_folders(data: str, augment: AugmentOptions
+                  ) -> Tuple[ImageFolderUint8, ImageFolderUint8]:
+    """The train/ and val/ ImageFolders of `data` (--data), checked: both exist, no class folder
+    is empty, and both have the same classes (so label i means the same class in both)."""
+    root = Path(data)
     if root.is_file():
         raise UsageError(f"data folder {root} is a file, not a folder: pass the folder that "
                          "holds train/ and val/ (extract an archive first)")
     if not root.is_dir():
         raise UsageError(f"data folder {root} does not exist")
-    train_set = _image_folder(root / "train", functools.partial(train_transform, cfg), True,
+    train_set = _image_folder(root / "train", functools.partial(train_transform, augment), True,
                               decode_regions=True)
-    val_set = _image_folder(root / "val", functools.partial(val_transform, cfg), False)
+    val_set = _image_folder(root / "val", functools.partial(val_transform, augment), False)
     if val_set.classes != train_set.classes:
         missing = sorted(set(train_set.classes) ^ set(val_set.classes))[:5]
         raise UsageError(f"{root}: val/ and train/ class folders differ (e.g. {missing})")

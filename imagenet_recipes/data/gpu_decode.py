@@ -59,7 +59,7 @@ from torchvision.io import ImageReadMode, decode_image
 from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
-from ..config import TrainConfig
+from ..options import AugmentOptions, LoaderOptions
 from ..errors import UsageError
 from ..machine import cores_per_process
 from ..run_plan import RunPlan
@@ -69,7 +69,7 @@ from .decoder_check import check_decoder
 from .host_batch import HostBatch
 from .jpeg_decoders import DecoderSettings, Refused, make_decoder
 from .loader_server import ensure_loader_server, loader_worker_context
-from .loading import SampledLoader, WorkerGuard, default_workers
+from .loading import SampledLoader, WorkerGuard, loader_workers
 from .prefetch import PreparedAhead
 from .sampling import SampleKey, Shard, ShardedSampler, train_sampling
 
@@ -83,12 +83,12 @@ _STRIP_ROWS = 4096
 NOT_PLAIN_JPEG = "not a plain JPEG (grayscale, CMYK, EXIF-rotated, cut short or not a JPEG)"
 
 
-def refuse_unsupported(cfg: TrainConfig) -> None:
+def refuse_unsupported(augment: AugmentOptions) -> None:
     """The recipe augmentations this backend does not do on the device: a UsageError."""
     missing = []
-    if cfg.auto_augment != "none":
-        missing.append(f"--auto-augment {cfg.auto_augment}")
-    if cfg.random_erase > 0:
+    if augment.auto_augment != "none":
+        missing.append(f"--auto-augment {augment.auto_augment}")
+    if augment.random_erase > 0:
         missing.append("--random-erase")
     if missing:
         raise UsageError(f"--data-backend gpu does not do {' or '.join(missing)}: use "
@@ -101,8 +101,8 @@ class CropDraw:
     `pytorch` backend's own transform objects, in their order (crop, then flip), so that both
     backends cut and flip each sample alike."""
 
-    def __init__(self, cfg: TrainConfig):
-        crop, flip = train_transform(cfg).transforms[:2]
+    def __init__(self, augment: AugmentOptions):
+        crop, flip = train_transform(augment).transforms[:2]
         assert isinstance(crop, v2.RandomResizedCrop) and isinstance(flip, v2.RandomHorizontalFlip)
         self.crop, self.flip = crop, flip
 
@@ -543,37 +543,39 @@ class GpuDecodeLoader(SampledLoader):
         super().close()
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
-    refuse_unsupported(cfg)
+def build(options: LoaderOptions, shard: Shard, device: torch.device, plan: RunPlan):
+    augment, decoding = options.augment, options.own  # own: GpuDecodeOptions
+    refuse_unsupported(augment)
     # One decoder per rank, shared by its training and validation loaders (they never decode
     # at once), built as DALI builds its own, and checked on a known JPEG before any worker
     # starts: a decoder that cannot decode on the device is refused here (exit 2).
     settings = DecoderSettings(threads=cores_per_process(shard.local_world_size),
-                               batch_size=plan.batch_size, hw_load=cfg.gpu_hw_decoder_load)
-    decode = make_decoder(cfg.gpu_decoder, device, settings)
+                               batch_size=plan.batch_size, hw_load=decoding.gpu_hw_decoder_load)
+    decode = make_decoder(decoding.gpu_decoder, device, settings)
     checked = check_decoder(decode, device)
     if shard.is_main:
         print(f"=> --gpu-decoder {checked}", flush=True)
-    workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
+    workers = loader_workers(options.data.workers, shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
         ensure_loader_server()  # a no-op when the entry script started it
-    train_folder, val_folder = image_folders(cfg)
+    train_folder, val_folder = image_folders(options.data.data, augment)
     guard = WorkerGuard(start_method)
-    val_resize_crop = val_sizes(cfg)
+    val_resize_crop = val_sizes(augment)
 
     def make(folder, train: bool) -> GpuDecodeLoader:
-        dataset = EncodedImages(folder.samples, folder.root, CropDraw(cfg) if train else None)
+        dataset = EncodedImages(folder.samples, folder.root, CropDraw(augment) if train else None)
         subset = shard.train_subset(folder.targets) if train and shard.train_subset else None
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=train,
-                                 seed=cfg.seed, subset=subset, **train_sampling(cfg, train))
+                                 seed=options.seed, subset=subset,
+                                 **train_sampling(augment, train))
         # Training drops the last partial batch so every step has the same size on every rank.
         loader = DataLoader(dataset, batch_size=plan.batch_size, sampler=sampler,
                             num_workers=workers, collate_fn=collate_encoded, drop_last=train,
                             persistent_workers=workers > 0, worker_init_fn=guard.worker_init,
                             multiprocessing_context=start_method)
         decoder = BatchDecoder(dataset, device, val_resize_crop, decode)
-        size = cfg.image_size if train else val_resize_crop[1]
+        size = augment.image_size if train else val_resize_crop[1]
         return GpuDecodeLoader(loader, sampler, decoder, size, device, plan.channels_last)
 
     return make(train_folder, True), make(val_folder, False), len(train_folder.classes)

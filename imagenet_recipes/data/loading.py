@@ -139,6 +139,11 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def loader_workers(requested: int, local_world: int) -> int:
+    """Loader processes per rank: -j as given, or where it is -1, default_workers'."""
+    return requested if requested >= 0 else default_workers(local_world)
+
+
 def default_workers(local_world: int, cores: Optional[int] = None) -> int:
     """Loader processes per rank: the rank's share of the cores (`cores`, else those this
     process may run on), one left for the rank itself. No fixed cap: JPEG decoding is what

@@ -11,12 +11,12 @@ import functools
 import torch
 from torch.utils.data import DataLoader
 
-from ..config import TrainConfig
+from ..options import LoaderOptions
 from ..run_plan import RunPlan
 from .batch_memory import BatchSlots
 from .folders import collate_uint8, image_folders, say_if_whole_decoding
 from .loader_server import ensure_loader_server, loader_worker_context
-from .loading import SampledLoader, WorkerGuard, default_workers
+from .loading import SampledLoader, WorkerGuard, loader_workers
 from .sampling import Shard, ShardedSampler, train_sampling
 
 
@@ -43,22 +43,23 @@ class DeviceLoader(SampledLoader):
             yield normalized, targets
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
-    workers = cfg.workers if cfg.workers >= 0 else default_workers(shard.local_world_size)
+def build(options: LoaderOptions, shard: Shard, device: torch.device, plan: RunPlan):
+    workers = loader_workers(options.data.workers, shard.local_world_size)
     start_method = loader_worker_context() if workers > 0 else None
     if start_method is not None:
         # Already running when an entry script started it (imagenet_recipes.cli); otherwise started
         # now, it imports the data modules while this process builds the model.
         ensure_loader_server()
-    train_set, val_set = image_folders(cfg)
+    train_set, val_set = image_folders(options.data.data, options.augment)
     if shard.is_main:
         say_if_whole_decoding(train_set)
-    seed = cfg.seed
+    seed = options.seed
     guard = WorkerGuard(start_method)
 
     def make(dataset, shuffle: bool, drop_last: bool, subset=None) -> DeviceLoader:
         sampler = ShardedSampler(len(dataset), shard.rank, shard.world_size, shuffle=shuffle,
-                                 seed=seed, subset=subset, **train_sampling(cfg, shuffle))
+                                 seed=seed, subset=subset,
+                                 **train_sampling(options.augment, shuffle))
         slots = BatchSlots(workers)
         loader = DataLoader(dataset, batch_size=plan.batch_size, sampler=sampler,
                             num_workers=workers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import TrainConfig
+from ..options import LoaderOptions
 from ..run_plan import RunPlan
 from .augment import val_sizes
 from .sampling import Shard
@@ -49,12 +49,13 @@ class SyntheticLoader:
 
 
 
-def build(cfg: TrainConfig, shard: Shard, device: torch.device, plan: RunPlan):
-    common = dict(batch_size=plan.batch_size, num_classes=cfg.synthetic_classes,
+def build(options: LoaderOptions, shard: Shard, device: torch.device, plan: RunPlan):
+    sizes, augment = options.own, options.augment  # own: SyntheticOptions
+    common = dict(batch_size=plan.batch_size, num_classes=sizes.synthetic_classes,
                   rank=shard.rank, world=shard.world_size,
-                  device=device, channels_last=plan.channels_last, seed=cfg.seed)
-    return (SyntheticLoader(cfg.synthetic_train_size, train=True, image_size=cfg.image_size,
+                  device=device, channels_last=plan.channels_last, seed=options.seed)
+    return (SyntheticLoader(sizes.synthetic_train_size, train=True, image_size=augment.image_size,
                             **common),
-            SyntheticLoader(cfg.synthetic_val_size, train=False, image_size=val_sizes(cfg)[1],
+            SyntheticLoader(sizes.synthetic_val_size, train=False, image_size=val_sizes(augment)[1],
                             **common),
-            cfg.synthetic_classes)
+            sizes.synthetic_classes)

@@ -10,9 +10,10 @@ import dataclasses
 
 from ..registry import DATA_BACKENDS
 from .augment import AugmentOptions
-from .data import DaliOptions, DataOptions, GpuDecodeOptions, SyntheticOptions
+from .data import BACKEND_SECTIONS, DaliOptions, DataOptions, GpuDecodeOptions, SyntheticOptions
 from .distribution import DdpOptions, DistributionOptions, HorovodOptions
 from .fields import Bound, Section, opt
+from .loader import LoaderOptions
 from .model import ModelOptions
 from .optimization import BatchOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
 from .precision import PrecisionOptions
@@ -23,11 +24,6 @@ SECTIONS = (DataOptions, SyntheticOptions, GpuDecodeOptions, DaliOptions, Augmen
             ModelOptions, BatchOptions, OptimizerOptions, ScheduleOptions, LossOptions,
             EmaOptions, PrecisionOptions, DistributionOptions, DdpOptions, HorovodOptions,
             RunOptions)
-
-# The sections a data backend's registry entry may name (DataBackend.options).
-BACKEND_SECTIONS = {"synthetic": SyntheticOptions, "gpu_decode": GpuDecodeOptions,
-                    "dali": DaliOptions}
-
 
 def backend_section_title(key: str) -> str:
     """`--data-backend NAME`: the backends whose registry entries name the section `key` (its
@@ -42,5 +38,5 @@ def backend_groups() -> dict:
             for f in dataclasses.fields(section)}
 
 
-__all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "Section", "opt", *(
+__all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "LoaderOptions", "Section", "opt", *(
     s.__name__ for s in SECTIONS)]

@@ -77,3 +77,8 @@ class DaliOptions(Section):
         help="--data-backend dali-gpu: the share of each batch that the GPU's hardware JPEG "
              "decoder takes (A100, H100, H200), the CUDA decoder the rest (DALI's own "
              "default); DALI's threads are -j", bound=_SHARE))
+
+
+# The sections a data backend's registry entry may name (DataBackend.options).
+BACKEND_SECTIONS = {"synthetic": SyntheticOptions, "gpu_decode": GpuDecodeOptions,
+                    "dali": DaliOptions}

@@ -14,6 +14,7 @@ import torch.nn as nn
 from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
+from ..options import LoaderOptions
 from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from ..validation import evaluate
@@ -74,7 +75,7 @@ def watch(cfg) -> None:
     device = pick_device(cfg.device)
     plan = plan_as_given(cfg, 1, device.type)
     cfg = plan.as_run(cfg)  # its records: the config as planned
-    _, val_loader, num_classes = build_loaders(cfg, Shard(), device, plan)
+    _, val_loader, num_classes = build_loaders(LoaderOptions.of(cfg), Shard(), device, plan)
     out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
     log = lifecycle.open_log(out_dir, cfg, is_main=True)
     lifecycle.write_run_record(log, cfg, "ps-evaluator", None, strategy="evaluator",

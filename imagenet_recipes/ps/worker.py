@@ -28,6 +28,7 @@ from .. import lifecycle
 from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
+from ..options import LoaderOptions
 from ..precision import Precision
 from ..run_plan import plan_as_given
 from ..strategies.base import Strategy
@@ -96,7 +97,7 @@ class Worker:
         self.strategy.channels_last = plan.channels_last
         torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(
-            cfg, worker_shard(worker - 1, workers, cfg.split), self.device, plan)
+            LoaderOptions.of(cfg), worker_shard(worker - 1, workers, cfg.split), self.device, plan)
         self.steps_per_epoch = len(self.loader)
         if cfg.steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)

@@ -193,6 +193,18 @@ def train(runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
     return read_log(runs / name)
 
 
+def one_process_loaders(cfg, device):
+    """-> (train, val, classes): the loaders of a one-process run of `cfg` on `device`, built
+    as its entry script builds them."""
+    from imagenet_recipes.data import build_loaders
+    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.run_plan import plan_run
+    from imagenet_recipes.strategies import Strategy
+
+    return build_loaders(LoaderOptions.of(cfg), Strategy().data_shard(), device,
+                         plan_run(cfg, 1, device.type))
+
+
 def read_log(run_dir: Path) -> Dict[str, List[dict]]:
     from imagenet_recipes.bench.common import read_log as read
 

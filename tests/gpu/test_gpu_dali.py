@@ -3,7 +3,8 @@ Skipped, saying so, where DALI is not installed."""
 import pytest
 import torch
 
-from .gpu_tier import ARCH, DEVICE, SIMULATED, SMALL, finite_losses, need, train
+from .gpu_tier import (ARCH, DEVICE, SIMULATED, SMALL, finite_losses, need, one_process_loaders,
+                       train)
 
 WHY = "pip install nvidia-dali-cuda130 (or carry its wheels to an offline machine)"
 
@@ -25,8 +26,6 @@ def test_dali_batches_match_the_pytorch_loaders(images, saw):
     compare by their channel means and correlation)."""
     need("nvidia.dali", WHY)
     from imagenet_recipes.config import parse_args
-    from imagenet_recipes.data import build_loaders
-    from imagenet_recipes.strategies import Strategy
 
     device = torch.device(DEVICE)
     backends = ["pytorch", "dali-cpu"] + ([] if SIMULATED else ["dali-gpu"])
@@ -34,7 +33,7 @@ def test_dali_batches_match_the_pytorch_loaders(images, saw):
     for backend in backends:
         cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2",
                           "--data-backend", backend, "--channels-last", str(images)])
-        train_loader, val_loader, _ = build_loaders(cfg, Strategy().data_shard(), device)
+        train_loader, val_loader, _ = one_process_loaders(cfg, device)
         try:
             batches[backend] = [(x.clone(), y.clone()) for x, y in val_loader]
         finally:

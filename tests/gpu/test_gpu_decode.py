@@ -7,7 +7,8 @@ installed."""
 import pytest
 import torch
 
-from .gpu_tier import ARCH, DEVICE, SMALL, finite_losses, need_decoder, on_device, train
+from .gpu_tier import (ARCH, DEVICE, SMALL, finite_losses, need_decoder, on_device,
+                       one_process_loaders, train)
 
 WHY = {"torchcodec": "pip install torchcodec (requirements.txt pins the tested version)",
        "nvidia.nvimgcodec": "pip install 'nvidia-nvimgcodec-cu13[nvjpeg]' (requirements.txt "
@@ -57,13 +58,10 @@ def _batches(backend: str, images, split: str, *extra: str, ahead: int = 2,
     wait on the side stream's event reads NaN, a missing record_stream lets the next batch
     overwrite the one still to be read."""
     from imagenet_recipes.config import parse_args
-    from imagenet_recipes.data import build_loaders
-    from imagenet_recipes.strategies import Strategy
 
     cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2", "--seed", "7",
                       "--data-backend", backend, "--channels-last", *extra, str(images)])
-    train_loader, val_loader, _ = build_loaders(cfg, Strategy().data_shard(),
-                                                torch.device(DEVICE))
+    train_loader, val_loader, _ = one_process_loaders(cfg, torch.device(DEVICE))
     loader = train_loader if split == "train" else val_loader
     loader.ahead = ahead
     loader.set_epoch(1)
@@ -202,15 +200,13 @@ def test_gpu_decode_preparing_a_batch_waits_for_nothing_but_its_decoder(images, 
     synchronisation, and nvImageCodec's is made to wait for its stream (jpeg_decoders.py)."""
     need_decoder("nvimgcodec", "nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
     from imagenet_recipes.config import parse_args
-    from imagenet_recipes.data import build_loaders, gpu_decode
+    from imagenet_recipes.data import gpu_decode
     from imagenet_recipes.data.host_batch import HostBatch
-    from imagenet_recipes.strategies import Strategy
 
     cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2", "--seed", "7",
                       "--data-backend", "gpu", "--gpu-decoder", "nvimgcodec", "--channels-last",
                       str(images)])
-    train_loader, val_loader, _ = build_loaders(cfg, Strategy().data_shard(),
-                                                torch.device(DEVICE))
+    train_loader, val_loader, _ = one_process_loaders(cfg, torch.device(DEVICE))
     train_loader.set_epoch(1)
     raw = iter(train_loader.loader)
     try:
