@@ -74,7 +74,7 @@ class Trainer:
         if too_small:
             raise UsageError(too_small)
         self.plan = plan_run(cfg, strategy.world_size, self.device.type)
-        strategy.channels_last = self.plan.channels_last
+        strategy.follow(self.plan)
         self.precision = strategy.precision
         self.step_hooks = cfg.step_hooks(strategy.rank, strategy.world_size)
         self.seed = cfg.seed

@@ -1,6 +1,8 @@
 """Gradient accumulation is exact on every strategy: DDP (`no_sync`), FSDP2
 (`set_requires_gradient_sync`) and Horovod (`backward_passes_per_step`), each on 2 ranks x
-`-b 4 --grad-accum 2` with --sync-bn, train as nd does with `-b 8 --grad-accum 2`.
+`-b 4 --grad-accum 2` with --sync-bn, train as nd does with `-b 8 --grad-accum 2`. Horovod's
+run asks for it as `--global-batch 16 -b 4`, which the run's plan splits into the same 2
+micro-batches per step: the strategy follows the plan, not --grad-accum.
 
 Both sides accumulate the same micro-batches: the sampler deals global positions round-robin
 (rank r takes r, r+2, ...), so micro-batch k of the two ranks together is nd's micro-batch k, and
@@ -37,7 +39,8 @@ from conftest import REPO, TINY, TRAIN, records, run_script, script_env
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("accumulation")]
 
 PROBE = "tests/accum_probe.py"
-ACCUM = TINY + ["--epochs", "1", "--lr", "0.4", "--seed", "3", "--float64", "--grad-accum", "2"]
+COMMON = TINY + ["--epochs", "1", "--lr", "0.4", "--seed", "3", "--float64"]
+ACCUM = COMMON + ["--grad-accum", "2"]
 TOL = 1e-10
 STEPS, MICRO = 4, 2
 
@@ -112,11 +115,13 @@ def nd(tiny_imagefolder, tmp_path_factory):
     return logdir
 
 
-def _check_strategy(nd: Path, tiny_imagefolder: Path, script: str) -> List[List[int]]:
-    """Run `script` on 2 ranks x -b 4 --grad-accum 2 --sync-bn and check it against nd; returns
-    rank 0's collective counts per step."""
+def _check_strategy(nd: Path, tiny_imagefolder: Path, script: str,
+                    batching: List[str] = ACCUM) -> List[List[int]]:
+    """Run `script` on 2 ranks x -b 4 --sync-bn, 2 micro-batches per step (`batching`: the
+    options that ask for them) and check it against nd; returns rank 0's collective counts per
+    step."""
     name = script[:-3]
-    run_probed(script, nd / f"probe_{name}", ACCUM + [
+    run_probed(script, nd / f"probe_{name}", batching + [
         "--logdir", nd, "-b", "4", "--sync-bn", "--run-name", name, tiny_imagefolder], nproc=2)
     assert [r["count"] for r in records(nd / name, "train")] == [16] * STEPS
     assert records(nd / name, "run")[0]["world_size"] == 2
@@ -157,11 +162,12 @@ def test_fsdp_accumulates_as_nd(nd, tiny_imagefolder):
 
 
 def test_horovod_accumulates_as_nd(nd, tiny_imagefolder):
-    """backward_passes_per_step = --grad-accum: Horovod's hooks all-reduce each parameter's
-    gradient once per step, when the last micro-batch's backward produces it."""
+    """backward_passes_per_step = the plan's micro-batches per step (--global-batch 16 over 2
+    ranks of -b 4: 2): Horovod's hooks all-reduce each parameter's gradient once per step, when
+    the last micro-batch's backward produces it."""
     pytest.importorskip("horovod.torch", reason="Horovod is not built: "
                                                 "bash launch/install_horovod.sh")
-    counts = _check_strategy(nd, tiny_imagefolder, "hvd.py")
+    counts = _check_strategy(nd, tiny_imagefolder, "hvd.py", COMMON + ["--global-batch", "16"])
     state = torch.load(nd / "hvd" / "checkpoint.pth", map_location="cpu", weights_only=True)
     parameters = sum(1 for k, v in state["model"].items()
                      if v.is_floating_point() and "running" not in k)

@@ -94,7 +94,7 @@ class Worker:
         self.strategy = WorkerStrategy(cfg, worker, gpu)
         self.device = self.strategy.setup_environment()
         plan = plan_as_given(cfg, workers, self.device.type)
-        self.strategy.channels_last = plan.channels_last
+        self.strategy.follow(plan)
         torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(
             LoaderOptions.of(cfg), worker_shard(worker - 1, workers, cfg.split), self.device, plan)

@@ -58,14 +58,15 @@ class Strategy:
     name = "nd"
     # The constructor's options that the command line sets: argument -> TrainConfig field. Each
     # class declares its own; from_config gathers them along the class's lineage.
-    OPTIONS = {"device": "device", "channels_last": "channels_last", "compile": "compile"}
+    OPTIONS = {"device": "device", "compile": "compile"}
     rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
     share_gpus = False  # several local ranks on one GPU (DDP's --share-gpus)
 
     def __init__(self, precision: Optional[Precision] = None, *, device: str = "auto",
-                 channels_last: bool = False, compile: bool = False):
+                 compile: bool = False):
         self.precision = precision or Precision()
-        self.device_request, self.channels_last, self.compile = device, channels_last, compile
+        self.device_request, self.compile = device, compile
+        self.channels_last = False  # the plan's (follow)
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> "Strategy":
@@ -85,6 +86,12 @@ class Strategy:
     @classmethod
     def options_from(cls, cfg: TrainConfig) -> dict:
         return {argument: getattr(cfg, field) for argument, field in cls.options().items()}
+
+    def follow(self, plan) -> None:
+        """What the run's plan (run_plan.RunPlan, made once the environment gives the world
+        size) decides for the strategy: the memory layout. A strategy that must know the
+        micro-batches per step adds them."""
+        self.channels_last = plan.channels_last
 
     # --- environment -----------------------------------------------------------------------------
     def setup_environment(self) -> torch.device:

@@ -68,14 +68,20 @@ class HorovodStrategy(Strategy):
     DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
 
     name = "hvd"
-    OPTIONS = {"sync_bn": "sync_bn", "fp16_allreduce": "fp16_allreduce",
-               "backward_passes_per_step": "grad_accum"}
+    OPTIONS = {"sync_bn": "sync_bn", "fp16_allreduce": "fp16_allreduce"}
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
-                 fp16_allreduce: bool = False, backward_passes_per_step: int = 1, **common):
+                 fp16_allreduce: bool = False, **common):
         super().__init__(precision, **common)
         self.sync_bn, self.fp16_allreduce = sync_bn, fp16_allreduce
-        self.backward_passes_per_step = backward_passes_per_step
+        self.backward_passes_per_step = 1
+
+    def follow(self, plan) -> None:
+        # Horovod: its hooks must know how many backward passes make a step, the plan's
+        # micro-batches (--grad-accum, or what --global-batch splits into), or the second
+        # micro-batch's backward fails the run
+        super().follow(plan)
+        self.backward_passes_per_step = plan.grad_accum
 
     def setup_environment(self) -> torch.device:
         try:

@@ -36,13 +36,13 @@ elif PLANT == "ddp-never-reduces":
 elif PLANT == "horovod-one-pass-per-step":
     from imagenet_recipes.strategies import horovod
 
-    _init = horovod.HorovodStrategy.__init__
+    _follow = horovod.HorovodStrategy.follow
 
-    def _one_pass(self, *args, **kwargs):
-        _init(self, *args, **kwargs)
+    def _one_pass(self, plan):
+        _follow(self, plan)
         self.backward_passes_per_step = 1
 
-    horovod.HorovodStrategy.__init__ = _one_pass
+    horovod.HorovodStrategy.follow = _one_pass
 
 elif PLANT == "shards-in-blocks":
     from imagenet_recipes.data import sampling
