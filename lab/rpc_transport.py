@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch.multiprocessing as mp
 
-    from imagenet_recipes.ps.config import RPC_TRANSPORTS
+    from imagenet_recipes.ps.options import RPC_TRANSPORTS
     from imagenet_recipes.strategies import free_port
     print(f"| --rpc-transport | {args.mb:g} MiB round trip, median ms | fastest ms | "
           "idle CPU, sender | idle CPU, receiver |\n|---|---:|---:|---:|---:|")

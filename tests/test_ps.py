@@ -17,6 +17,7 @@ from step_hold import hold_env, release, wait_for
 
 from imagenet_recipes.data import ShardedSampler
 from imagenet_recipes.ps.config import PSConfig
+from imagenet_recipes.ps.options import RuleOptions
 from imagenet_recipes.ps.state_service import EsyncStateService
 from imagenet_recipes.ps.update_rules import esync_local_optimizer
 from imagenet_recipes.ps.worker import worker_shard
@@ -434,10 +435,10 @@ def test_esync_follows_a_worker_that_becomes_the_slowest():
 
 def test_esync_local_sgd_is_momentum_free_when_asked():
     cfg = PSConfig(data="x", momentum=0.9, batch_size=32, lr=0.4, mode="esync")
-    assert esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg).defaults[
-        "momentum"] == 0.9
+    param = [torch.zeros(1, requires_grad=True)]
+    assert esync_local_optimizer(param, RuleOptions.of(cfg)).defaults["momentum"] == 0.9
     cfg = dataclasses.replace(cfg, local_momentum=0.0)  # as the authors' workers step
-    local = esync_local_optimizer([torch.zeros(1, requires_grad=True)], cfg)
+    local = esync_local_optimizer([torch.zeros(1, requires_grad=True)], RuleOptions.of(cfg))
     assert local.defaults["momentum"] == 0.0 and local.defaults["lr"] == pytest.approx(0.05)
 
 

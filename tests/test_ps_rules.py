@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from imagenet_recipes.ps.config import PSConfig
+from imagenet_recipes.ps.options import ASYNC_RULE_NAMES, ESYNC_AVERAGE_NAMES, RuleOptions
 from imagenet_recipes.ps.shards import RoundSums
 from imagenet_recipes.ps.update_rules import (ASYNC_RULES, ESYNC_AVERAGES, AsyncSGD, ESyncMean,
                                               StalenessAwareAsyncSGD, async_momentum,
-                                              rule_class)
+                                              make_rule, rule_class)
 
 from test_ps import simulate_esync
 
@@ -28,7 +29,7 @@ def simulate_async(rule: str, step_times, pushes: int, lr: float, momentum: floa
     cfg = PSConfig(data="x", mode="async", async_rule=rule, momentum=momentum, lr=lr,
                    batch_size=256, weight_decay=0.0)  # batch 256: the lr is --lr itself
     x = torch.ones(8, dtype=torch.float64)
-    server = rule_class(cfg)(cfg, [x], len(step_times))
+    server = make_rule(RuleOptions.of(cfg), [x], len(step_times))
     step = 0
     queue = [(t, w, 0, x.clone()) for w, t in enumerate(step_times)]
     heapq.heapify(queue)
@@ -59,11 +60,11 @@ def test_the_staleness_rule_divides_the_rate_by_the_staleness():
                    batch_size=256, weight_decay=0.0)
     for staleness, expected in [(0, 0.5), (1, 0.5), (2, 0.25), (5, 0.1)]:
         x = torch.zeros(1)
-        rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
+        make_rule(RuleOptions.of(cfg), [x], 1).apply_push([torch.ones(1)], 1.0, staleness, 1)
         assert x.item() == pytest.approx(-expected)  # the first step: no momentum yet
     cfg = dataclasses.replace(cfg, async_rule="plain")
     x = torch.zeros(1)
-    rule_class(cfg)(cfg, [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
+    make_rule(RuleOptions.of(cfg), [x], 1).apply_push([torch.ones(1)], 1.0, 5, 1)
     assert x.item() == pytest.approx(-0.5)
 
 
@@ -78,7 +79,7 @@ def test_the_momentum_asynchrony_adds_is_taken_out_of_the_explicit_one():
     cfg = PSConfig(data="x", mode="async", async_rule="staleness", momentum=0.9, lr=1.0,
                    batch_size=256, weight_decay=0.0)
     x = torch.zeros(1)
-    rule = rule_class(cfg)(cfg, [x], 2)
+    rule = make_rule(RuleOptions.of(cfg), [x], 2)
     rule.apply_push([torch.ones(1)], 1.0, 1, 2)
     rule.apply_push([torch.full((1,), 2.0)], 1.0, 1, 2)
     assert x.item() == pytest.approx(-1.0 - (0.8 * 1.0 + 2.0))
@@ -93,7 +94,7 @@ def esync_on_quadratics(targets, local_steps, average: str, rounds: int = 400,
     the round's sums (RoundSums, as server.py does). Returns where x ends up."""
     cfg = PSConfig(data="x", mode="esync", esync_average=average, global_lr=1.0)
     x = torch.zeros(1, dtype=torch.float64)
-    server = rule_class(cfg)(cfg, [x], len(targets))
+    server = make_rule(RuleOptions.of(cfg), [x], len(targets))
     for r in range(rounds):
         steps = local_steps[min(r, len(local_steps) - 1)]
         sums = RoundSums([x])
@@ -172,3 +173,5 @@ def test_each_option_picks_its_registered_rule():
         cfg = PSConfig(data="x", mode="esync", esync_average=average)
         assert rule_class(cfg) is ESYNC_AVERAGES[average]
     assert rule_class(PSConfig(data="x", mode="sync")).__name__ == "SyncSGD"
+    # every name the options offer has its class, and no class is registered unoffered
+    assert tuple(ASYNC_RULES) == ASYNC_RULE_NAMES and tuple(ESYNC_AVERAGES) == ESYNC_AVERAGE_NAMES

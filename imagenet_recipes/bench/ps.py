@@ -39,7 +39,7 @@ from pathlib import Path
 from imagenet_recipes.bench.jobs import SLOW_DDP, SLOW_PS, dataset_command, launcher, quick_defaults, redraw, run_batch, stamped_out
 from imagenet_recipes.bench.ps_stats import parse_target
 
-from imagenet_recipes.ps.config import MODES
+from imagenet_recipes.ps.options import MODES
 
 CONTENDERS = ("ddp", *(f"ps-{mode}" for mode in MODES))
 

@@ -33,7 +33,7 @@ from typing import Dict, List, Optional
 from imagenet_recipes.bench.common import CurvePoint, Log, entry_order, logged_entry, \
     logged_hardware, ps_rule, read_log, run_dirs, strategy_label, val_points
 
-from imagenet_recipes.ps.config import MODES
+from imagenet_recipes.ps.options import MODES
 from imagenet_recipes.registry import runs_servers
 
 @dataclass

@@ -3,7 +3,9 @@
 The synchronous engine's train step does not fit a server that applies updates as they arrive,
 so the parameter server has its own small loop, reusing the engine's models, data, precision,
 metrics, validation routine, run lifecycle (lifecycle.py), checkpoints and run log:
-  config.py         PSConfig: the engine's flags plus --mode, --num-servers, --split, ...
+  options.py        ParameterServerOptions (--mode, --num-servers, --split, ...), and
+                    RuleOptions: what an update rule reads
+  config.py         PSConfig: the engine's flags plus the parameter server's section
   wire.py           what travels: lists of tensors (never modules), and their byte counts
   state_service.py  ESync's state query service: keep stepping locally, or aggregate now?
   server.py         rank 0: the RPC surface, rounds, counters, logging, evaluations, checkpoints

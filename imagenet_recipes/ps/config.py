@@ -1,109 +1,19 @@
-"""PSConfig: every engine flag, plus the parameter server's own."""
+"""PSConfig: every engine flag, plus the parameter server's own (ParameterServerOptions)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 from ..config import TrainConfig
 from ..errors import UsageError
-from ..options import opt
-from .state_service import RULES as ESYNC_RULES
-from .update_rules import ASYNC_RULES, ESYNC_AVERAGES
-
-MODES = ("sync", "async", "esync")
-SPLITS = ("iid", "by-class")
-PUSH_DTYPES = ("auto", "float32", "float16", "bfloat16")
-RPC_TRANSPORTS = ("uv", "tensorpipe")
-PARAMETER_SERVER = "parameter server"  # the help group of the options below
+from .options import ParameterServerOptions
 
 
+# The engine's sections first, the parameter server's after them (a dataclass gathers its bases'
+# fields last base first).
 @dataclass(frozen=True)
-class PSConfig(TrainConfig):
-    mode: str = field(default="sync", metadata=opt(
-        PARAMETER_SERVER, "--mode",
-        help="sync: one update from all workers' mean gradient per step (same as DDP); async: "
-             "apply each worker's gradient on arrival; esync: faster workers take local steps "
-             "while the slowest takes one, then model deltas are averaged", choices=MODES))
-    num_servers: int = field(default=1, metadata=opt(
-        PARAMETER_SERVER, "--num-servers",
-        help="server processes (ranks 0..K-1) holding the parameters in K shards balanced by "
-             "size; rank 0 also keeps the counters, BatchNorm buffers, logs, evaluations and "
-             "checkpoints. The other ranks are workers"))
-    rpc_transport: str = field(default="uv", metadata=opt(
-        PARAMETER_SERVER, "--rpc-transport", choices=RPC_TRANSPORTS,
-        help="uv: TCP through libuv, idle while it waits; tensorpipe: TensorPipe's own choice, "
-             "shared memory between the processes of one host (lower latency, but each process "
-             "keeps a core busy polling it, the whole run long) and InfiniBand where built in"))
-    push_dtype: str = field(default="auto", metadata=opt(
-        PARAMETER_SERVER, "--push-dtype", choices=PUSH_DTYPES,
-        help="dtype of the gradients (sync, async) or model deltas (esync) the workers send. "
-             "auto: as computed, float32 at O0-O2 (float64 with --float64), the half type at "
-             "O3; float16 / bfloat16 halve the bytes (the server adds them up in float32)"))
-    split: str = field(default="iid", metadata=opt(
-        PARAMETER_SERVER, "--split",
-        help="iid: every worker samples all classes; by-class: worker i gets classes i, i+N, "
-             "... (non-IID)", choices=SPLITS))
-    eval_every: int = field(default=0, metadata=opt(
-        PARAMETER_SERVER, "--eval-every",
-        help="validate on the server every N server updates (0: once per epoch; -1: never, "
-             "leave it to `--evaluator`)"))
-    global_lr: float = field(default=1.0, metadata=opt(
-        PARAMETER_SERVER, "--global-lr", help="esync: scale of the averaged model delta on "
-                                              "the server"))
-    local_lr: Optional[float] = field(default=None, metadata=opt(
-        PARAMETER_SERVER, "--local-lr",
-        help="esync: workers' local SGD lr (default: --lr scaled by -b / 256)"))
-    max_local_steps: int = field(default=32, metadata=opt(
-        PARAMETER_SERVER, "--max-local-steps", help="esync: cap on a worker's local steps in "
-                                                    "one round"))
-    esync_rule: str = field(default="reference", metadata=opt(
-        PARAMETER_SERVER, "--esync-rule", choices=ESYNC_RULES,
-        help="esync: when a worker stops stepping locally. reference: the ESync authors' rule, "
-             "when its next step plus --esync-epsilon would end after the slowest worker's "
-             "current step; estimate: when moving averages of the step times say another step "
-             "no longer fits into the slowest worker's"))
-    esync_epsilon: float = field(default=0.5, metadata=opt(
-        PARAMETER_SERVER, "--esync-epsilon",
-        help="esync, reference rule: safety margin in seconds (the authors' 0.5 s suits steps "
-             "of seconds; with shorter steps use about one fast step or less, or every fast "
-             "worker stops after one step)"))
-    local_momentum: Optional[float] = field(default=None, metadata=opt(
-        PARAMETER_SERVER, "--local-momentum",
-        help="esync: momentum of the workers' local SGD (default: --momentum; the authors' "
-             "code uses 0)"))
-    esync_average: str = field(default="mean", metadata=opt(
-        PARAMETER_SERVER, "--esync-average", choices=tuple(ESYNC_AVERAGES),
-        help="esync: how the server averages the workers' deltas. mean: their plain mean (the "
-             "authors'; a worker that took more local steps weighs more); normalized: "
-             "FedNova's, each delta divided by its local step count and the mean scaled by "
-             "the mean step count, so every worker counts once"))
-    async_rule: str = field(default="staleness", metadata=opt(
-        PARAMETER_SERVER, "--async-rule", choices=tuple(ASYNC_RULES),
-        help="async: how the server applies a gradient. staleness: at the lr divided by the "
-             "gradient's staleness (updates made since its weights were pulled) and with "
-             "--momentum lowered by what asynchrony adds (1 - 1/workers); plain: at the lr "
-             "and --momentum, however stale"))
-    evaluator: Optional[str] = field(default=None, metadata=opt(
-        PARAMETER_SERVER, "--evaluator",
-        help="evaluator mode: watch this run dir and validate each new checkpoint (single "
-             "process, no training)"))
-    evaluator_idle_timeout: float = field(default=600.0, metadata=opt(
-        PARAMETER_SERVER, "--evaluator-idle-timeout",
-        help="evaluator mode: stop after this many seconds without a new checkpoint"))
-
+class PSConfig(ParameterServerOptions, TrainConfig):
     def validate_extra(self) -> None:
-        if self.eval_every < -1:
-            raise UsageError("--eval-every must be >= -1")
-        if self.global_lr <= 0 or (self.local_lr is not None and self.local_lr <= 0):
-            raise UsageError("--global-lr and --local-lr must be > 0")
-        if self.num_servers < 1:
-            raise UsageError("--num-servers must be >= 1")
-        if self.max_local_steps < 1:
-            raise UsageError("--max-local-steps must be >= 1")
-        if self.esync_epsilon < 0:
-            raise UsageError("--esync-epsilon must be >= 0 (seconds)")
-        if self.local_momentum is not None and not 0 <= self.local_momentum < 1:
-            raise UsageError("--local-momentum must be in [0, 1)")
+        ParameterServerOptions.check(self)
         if self.evaluator:
             return
         if self.split == "by-class" and self.backend == "synthetic":

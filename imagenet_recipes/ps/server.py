@@ -29,7 +29,8 @@ from . import shards, wire
 from .evaluator import BackgroundJobs
 from .monitor import PROBE_AFTER_S, FailureMonitor
 from .state_service import EsyncStateService
-from .update_rules import rule_class
+from .options import RuleOptions
+from .update_rules import make_rule
 
 _SERVER: Optional["ParameterServer"] = None  # this process's server, for the RPC entry points
 
@@ -124,7 +125,7 @@ class ParameterServer:
         self.said_goodbye: set = set()
         self.last_contact = {w: time.monotonic() for w in self.live}
 
-        self.rule = rule_class(cfg)(cfg, self.own, workers)
+        self.rule = make_rule(RuleOptions.of(cfg), self.own, workers)
         self.base_lr = self.rule.base_lr
         self.state_service = EsyncStateService(workers, cfg.max_local_steps, cfg.esync_rule,
                                                cfg.esync_epsilon)

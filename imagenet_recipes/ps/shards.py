@@ -26,7 +26,8 @@ import torch
 import torch.distributed.rpc as rpc
 
 from . import wire
-from .update_rules import rule_class
+from .options import RuleOptions
+from .update_rules import make_rule
 
 
 def split_by_size(sizes: Sequence[int], shards: int) -> List[List[int]]:
@@ -130,7 +131,7 @@ class ShardServer:
     def load(self, params: List[torch.Tensor], optimizer_state: dict, step: int) -> None:
         with self.lock:
             self.params = [p.clone() for p in params]
-            self.rule = rule_class(self.cfg)(self.cfg, self.params, self.workers)
+            self.rule = make_rule(RuleOptions.of(self.cfg), self.params, self.workers)
             self.rule.load_state_dict(optimizer_state)
             self.step = step
 

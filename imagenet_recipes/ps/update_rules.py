@@ -10,8 +10,9 @@
            divided by the gradient's staleness and with the momentum asynchrony adds taken out
            (staleness: StalenessAwareAsyncSGD)
 
-rule_class(cfg) picks the class; each mode's rules are registered by name (ASYNC_RULES,
-ESYNC_AVERAGES), so a rule is a subclass, not a branch.
+rule_class(ps) picks the class and make_rule makes the rule; each mode's rules are registered
+by name (ASYNC_RULES, ESYNC_AVERAGES), so a rule is a subclass, not a branch. A rule reads
+options.RuleOptions: the parameter server's section, the optimizer's, and a worker's batch.
 
 The server calls these under its lock; they never touch RPC, logging or counters.
 """
@@ -22,28 +23,30 @@ from typing import List
 import torch
 
 from ..schedule import scaled_lr
+from .options import ParameterServerOptions, RuleOptions
 
 
-def esync_local_lr(cfg) -> float:
+def esync_local_lr(options: RuleOptions) -> float:
     """The rate of an ESync worker's own local SGD steps (and the lr the server logs)."""
-    return cfg.local_lr or scaled_lr(cfg, cfg.batch_size)
+    return options.ps.local_lr or scaled_lr(options.optimizer, options.batch_size)
 
 
-def esync_local_optimizer(params, cfg) -> torch.optim.SGD:
+def esync_local_optimizer(params, options: RuleOptions) -> torch.optim.SGD:
     """An ESync worker's own SGD: at esync_local_lr, with --local-momentum (default
     --momentum; the authors' workers step without momentum)."""
-    momentum = cfg.momentum if cfg.local_momentum is None else cfg.local_momentum
-    return torch.optim.SGD(params, lr=esync_local_lr(cfg), momentum=momentum,
-                           weight_decay=cfg.weight_decay)
+    local = options.ps.local_momentum
+    return torch.optim.SGD(params, lr=esync_local_lr(options),
+                           momentum=options.optimizer.momentum if local is None else local,
+                           weight_decay=options.optimizer.weight_decay)
 
 
 class UpdateRule:
-    def __init__(self, cfg, params: List[torch.Tensor], workers: int):
-        self.cfg, self.params = cfg, params
-        self.base_lr = self.initial_lr(cfg, workers)
+    def __init__(self, options: RuleOptions, params: List[torch.Tensor], workers: int):
+        self.options, self.params = options, params
+        self.base_lr = self.initial_lr(options, workers)
         self.optimizer = None
 
-    def initial_lr(self, cfg, workers: int) -> float:
+    def initial_lr(self, options: RuleOptions, workers: int) -> float:
         raise NotImplementedError
 
     def apply_round(self, summed: List[torch.Tensor], n: int, lr_multiplier: float,
@@ -69,8 +72,8 @@ class UpdateRule:
 
     def _make_sgd(self) -> None:
         self.optimizer = torch.optim.SGD(self.params, lr=self.base_lr,
-                                         momentum=self.cfg.momentum,
-                                         weight_decay=self.cfg.weight_decay)
+                                         momentum=self.options.optimizer.momentum,
+                                         weight_decay=self.options.optimizer.weight_decay)
 
     def state_dict(self) -> dict:
         return {} if self.optimizer is None else self.optimizer.state_dict()
@@ -81,11 +84,12 @@ class UpdateRule:
 
 
 class SyncSGD(UpdateRule):
-    def initial_lr(self, cfg, workers: int) -> float:
-        return scaled_lr(cfg, cfg.batch_size * workers)  # one update per global batch N*b
+    def initial_lr(self, options, workers: int) -> float:
+        # one update per global batch N*b
+        return scaled_lr(options.optimizer, options.batch_size * workers)
 
-    def __init__(self, cfg, params, workers):
-        super().__init__(cfg, params, workers)
+    def __init__(self, options, params, workers):
+        super().__init__(options, params, workers)
         self._make_sgd()
 
     @torch.no_grad()
@@ -100,9 +104,9 @@ class ESyncMean(UpdateRule):
     V. Poor, "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
     Optimization", NeurIPS 2020)."""
 
-    def initial_lr(self, cfg, workers: int) -> float:
+    def initial_lr(self, options, workers: int) -> float:
         # The logged lr is the workers' local one: the server only averages.
-        return esync_local_lr(cfg)
+        return esync_local_lr(options)
 
     @staticmethod
     def pushed_delta(delta: List[torch.Tensor], local_steps: int) -> List[torch.Tensor]:
@@ -110,7 +114,7 @@ class ESyncMean(UpdateRule):
         return delta
 
     def round_scale(self, n: int, mean_steps: float) -> float:
-        return self.cfg.global_lr / n
+        return self.options.ps.global_lr / n
 
     @torch.no_grad()
     def apply_round(self, summed, n, lr_multiplier, mean_steps=1.0):
@@ -148,11 +152,12 @@ class AsyncSGD(UpdateRule):
     """--async-rule plain: SGD at the schedule's rate with --momentum, whatever the gradient's
     age."""
 
-    def initial_lr(self, cfg, workers: int) -> float:
-        return scaled_lr(cfg, cfg.batch_size)  # each update is one worker's batch of b
+    def initial_lr(self, options, workers: int) -> float:
+        # each update is one worker's batch of b
+        return scaled_lr(options.optimizer, options.batch_size)
 
-    def __init__(self, cfg, params, workers):
-        super().__init__(cfg, params, workers)
+    def __init__(self, options, params, workers):
+        super().__init__(options, params, workers)
         self._make_sgd()
 
     @torch.no_grad()
@@ -170,20 +175,26 @@ class StalenessAwareAsyncSGD(AsyncSGD):
     @torch.no_grad()
     def apply_push(self, grads, lr_multiplier, staleness=0, workers=1):
         for group in self.optimizer.param_groups:
-            group["momentum"] = async_momentum(self.cfg.momentum, workers)
+            group["momentum"] = async_momentum(self.options.optimizer.momentum, workers)
         super().apply_push(grads, lr_multiplier / max(1, staleness), staleness, workers)
 
 
-# Each mode's rules by the name its option gives (--async-rule, --esync-average): a new rule is
-# a subclass registered here, never a branch in the server.
+# Each mode's rules by the name its option gives (--async-rule, --esync-average; the names are
+# the options' choices, options.py): a new rule is a subclass registered here, never a branch in
+# the server.
 ASYNC_RULES = {"plain": AsyncSGD, "staleness": StalenessAwareAsyncSGD}
 ESYNC_AVERAGES = {"mean": ESyncMean, "normalized": ESyncNormalized}
 
 
-def rule_class(cfg) -> type:
-    """The UpdateRule subclass of cfg's --mode and, within it, of its rule."""
-    if cfg.mode == "async":
-        return ASYNC_RULES[cfg.async_rule]
-    if cfg.mode == "esync":
-        return ESYNC_AVERAGES[cfg.esync_average]
+def rule_class(ps: ParameterServerOptions) -> type:
+    """The UpdateRule subclass of --mode and, within it, of its rule."""
+    if ps.mode == "async":
+        return ASYNC_RULES[ps.async_rule]
+    if ps.mode == "esync":
+        return ESYNC_AVERAGES[ps.esync_average]
     return SyncSGD
+
+
+def make_rule(options: RuleOptions, params: List[torch.Tensor], workers: int) -> UpdateRule:
+    """The update rule of the run's options over `params`, for `workers` workers."""
+    return rule_class(options.ps)(options, params, workers)

@@ -34,6 +34,7 @@ from ..run_plan import plan_as_given
 from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
+from .options import RuleOptions
 from .update_rules import ESYNC_AVERAGES, esync_local_optimizer
 
 
@@ -107,7 +108,8 @@ class Worker:
         self.module = self.strategy.module  # the bare model: what the servers' tensors load into
         # What the optimizer steps (O2: the fp32 masters), in the model's parameter order.
         self.trained = [p for _, p in self.strategy.named_optimizer_params()]
-        self.optimizer = (esync_local_optimizer(self.trained, cfg) if cfg.mode == "esync"
+        self.optimizer = (esync_local_optimizer(self.trained, RuleOptions.of(cfg))
+                          if cfg.mode == "esync"
                           else GradientCapture(self.trained))
         self.push_dtype = None if cfg.push_dtype == "auto" else getattr(torch, cfg.push_dtype)
         self.shards = shards.model_shards(self.trained, cfg.num_servers)  # as the servers'
