@@ -27,7 +27,7 @@ from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, input_size_refusal, load_command
 from .options import (AugmentOptions, EmaOptions, LoaderOptions, LossOptions, OptimizerOptions,
-                      ScheduleOptions)
+                      PlanOptions, ScheduleOptions)
 from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
@@ -73,7 +73,7 @@ class Trainer:
         too_small = input_size_refusal(cfg.arch, smallest_crop(AugmentOptions.of(cfg)))  # before reading any data
         if too_small:
             raise UsageError(too_small)
-        self.plan = plan_run(cfg, strategy.world_size, self.device.type)
+        self.plan = plan_run(PlanOptions.of(cfg), strategy.world_size, self.device.type)
         strategy.follow(self.plan)
         self.precision = strategy.precision
         self.step_hooks = cfg.step_hooks(strategy.rank, strategy.world_size)
@@ -192,7 +192,7 @@ class Trainer:
                                                strategy.broadcast_object,
                                                writes_checkpoints=not cfg.evaluate)
         # the records show the config as the plan resolved it (what earlier versions wrote)
-        self.run_config = self.plan.as_run(cfg)
+        self.run_config = lifecycle.planned_config(cfg, self.plan)
         self.log = lifecycle.open_log(self.run_dir, self.run_config, strategy.is_main())
         lifecycle.write_run_record(
             self.log, self.run_config, self.entry, resume_state, **strategy.describe(),
@@ -560,7 +560,8 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
     except torch.OutOfMemoryError as err:
         first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
         # the run's plan; an out-of-memory before it was made: -b and --grad-accum as given
-        plan = getattr(trainer, "plan", None) or plan_as_given(cfg, strategy.world_size, "cuda")
+        plan = getattr(trainer, "plan", None) or plan_as_given(PlanOptions.of(cfg),
+                                                               strategy.world_size, "cuda")
         print("error: " + out_of_memory(first_line, plan.batch_size, plan.grad_accum,
                                          plan.global_batch, cfg.opt_level),
               file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ checkpoint file, or a run dir: its newest valid checkpoint).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import sys
@@ -29,6 +30,12 @@ PREEMPTED_EXIT_CODE = 75
 
 def _same(obj: Any) -> Any:
     return obj
+
+
+def planned_config(cfg, plan) -> Any:
+    """A copy of `cfg` with its run's plan's values (run_plan.RunPlan.settings), for the run's
+    records: config.json, the run record, each checkpoint. `cfg` is unchanged."""
+    return dataclasses.replace(cfg, **plan.settings())
 
 
 def find_resume_state(cfg, prefix: str, broadcast: Callable[[Any], Any] = _same,

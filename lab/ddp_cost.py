@@ -109,11 +109,12 @@ def bare_loop_img_s(args, ddp: bool) -> list:
     import torch.multiprocessing as mp
 
     from imagenet_recipes.config import parse_args
+    from imagenet_recipes.options import PlanOptions
     from imagenet_recipes.run_plan import channels_last_for
     from imagenet_recipes.strategies import free_port
     # the layout the entry scripts choose on a CPU at this size
     cfg = parse_args(["-a", args.arch, "--image-size", str(args.image_size), "--dummy"])
-    channels_last = channels_last_for(cfg, "cpu")
+    channels_last = channels_last_for(PlanOptions.of(cfg), "cpu")
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_bare_process, nprocs=args.nproc, join=True,
                  args=(args.nproc, free_port() if ddp else None, args, channels_last, tmp))

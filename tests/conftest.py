@@ -221,11 +221,11 @@ def loaders_for(cfg, shard, device: torch.device):
     """build_loaders as a run of `cfg` on the shard's processes calls it: with the run's loader
     options and its plan."""
     from imagenet_recipes.data import build_loaders
-    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.options import LoaderOptions, PlanOptions
     from imagenet_recipes.run_plan import plan_run
 
     return build_loaders(LoaderOptions.of(cfg), shard, device,
-                         plan_run(cfg, shard.world_size, device.type))
+                         plan_run(PlanOptions.of(cfg), shard.world_size, device.type))
 
 
 def proc_stat(pid: int) -> List[str]:

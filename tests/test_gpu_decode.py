@@ -38,7 +38,7 @@ from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import Shard, read_image_uint8
 from imagenet_recipes.data import gpu_decode
 from imagenet_recipes.data.folders import image_folders
-from imagenet_recipes.options import AugmentOptions, LoaderOptions
+from imagenet_recipes.options import AugmentOptions, LoaderOptions, PlanOptions
 from imagenet_recipes.run_plan import plan_run
 
 CPU = torch.device("cpu")
@@ -488,7 +488,7 @@ def test_the_decoders_are_built_as_dali_builds_its_own(monkeypatch):
                       "/nonexistent"], entry="nd")
     with pytest.raises(UsageError, match="does not exist"):  # after the decoder is made
         gpu_decode.build(LoaderOptions.of(cfg), Shard(0, 8, local_world_size=8), CPU,
-                         plan_run(cfg, 8, "cpu"))
+                         plan_run(PlanOptions.of(cfg), 8, "cpu"))
     assert seen == [("nvimgcodec", jpeg_decoders.DecoderSettings(threads=2, batch_size=208,
                                                                  hw_load=0.9))]
     with pytest.raises(UsageError, match="--gpu-hw-decoder-load is a share"):

@@ -482,7 +482,7 @@ def config_writes(source: str) -> list:
 def test_nothing_writes_a_config_after_parsing():
     """The run is planned once (run_plan.py): what -b, --grad-accum, --global-batch and
     --channels-last come to is the plan's, and no module writes the parsed config (a copy
-    with the plan's values, RunPlan.as_run, is what the records show)."""
+    with the plan's values, lifecycle.planned_config, is what the records show)."""
     package = Path(imagenet_recipes.__file__).parent
     writes = {str(p.relative_to(package)): config_writes(p.read_text())
               for p in package.rglob("*.py")}

@@ -15,6 +15,7 @@ import torchvision
 
 from conftest import REPO, loaders_for
 from imagenet_recipes.config import UsageError, parse_args
+from imagenet_recipes.options import PlanOptions
 from imagenet_recipes.options.optimization import OPTIMIZERS
 from imagenet_recipes.data import Shard, ShardedSampler
 from imagenet_recipes.data.augment import MEAN_PIXEL, progressive_crop, train_transform, val_sizes
@@ -423,12 +424,12 @@ def test_each_preset_loads_and_reproduces_its_published_lr(preset):
 
 def test_a_preset_says_what_changes_on_fewer_processes():
     cfg = parse_args(["--dummy", "--config", str(REPO / "recipes" / "torchvision_v2.toml")])
-    plan = plan_run(cfg, world_size=2, device_type="cpu")
+    plan = plan_run(PlanOptions.of(cfg), world_size=2, device_type="cpu")
     assert (plan.global_batch, plan.lr) == (256, 0.125)
     lines = scaling_note(cfg.config, cfg.lr, plan)
     assert "80.858 %" in lines[0] and "global batch 1024" in lines[0]
     assert "global batch 256" in lines[1] and "--grad-accum 4" in lines[2]
-    assert scaling_note(None, 0.1, plan_run(_cfg(), 1, "cpu")) == []
+    assert scaling_note(None, 0.1, plan_run(PlanOptions.of(_cfg()), 1, "cpu")) == []
     assert not math.isnan(cfg.lr)
 
 
@@ -508,7 +509,7 @@ def test_a_preset_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
         by_name = parse_args(["--dummy", "--config", name])
         assert {k: v for k, v in by_name.to_dict().items() if k != "config"} == \
             {k: v for k, v in by_path.to_dict().items() if k != "config"}
-        note = scaling_note(by_name.config, by_name.lr, plan_run(by_name, 2, "cpu"))
+        note = scaling_note(by_name.config, by_name.lr, plan_run(PlanOptions.of(by_name), 2, "cpu"))
         assert note[0].startswith("recipe torchvision ResNet-50")
     # a file of that name in the current folder comes first
     _write(tmp_path / "torchvision_v2.toml", {"epochs": 7})

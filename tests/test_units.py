@@ -15,6 +15,7 @@ import torchvision
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import ShardedSampler, val_resize_size
 from imagenet_recipes.data.loader_server import WORKER_BACKENDS
+from imagenet_recipes.options import PlanOptions
 from imagenet_recipes.run_plan import plan_run
 from imagenet_recipes.schedule import LrMultiplier, scaled_lr
 
@@ -57,7 +58,7 @@ def test_config_saves_as_json(tmp_path):
 def test_channels_last_unset_is_decided_by_the_device_and_crop(argv, device, expected):
     cfg = parse_args(["--dummy", *argv])
     as_given = cfg.channels_last
-    assert plan_run(cfg, 1, device).channels_last is expected
+    assert plan_run(PlanOptions.of(cfg), 1, device).channels_last is expected
     assert cfg.channels_last is as_given  # planned, not written into the config
 
 

@@ -19,7 +19,7 @@ if __name__ == "__main__":
 
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data import Shard, build_loaders
-    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.options import LoaderOptions, PlanOptions
     from imagenet_recipes.run_plan import plan_run
     from imagenet_recipes.data.loader_server import start_loader_server
 
@@ -28,7 +28,7 @@ if __name__ == "__main__":
                       "--data-backend", backend, data], entry="nd")
     start_loader_server(cfg)
     train, val, _ = build_loaders(LoaderOptions.of(cfg), Shard(), torch.device("cpu"),
-                                  plan_run(cfg, 1, "cpu"))
+                                  plan_run(PlanOptions.of(cfg), 1, "cpu"))
     train.set_epoch(0)
     batches = iter(train)
     next(batches)

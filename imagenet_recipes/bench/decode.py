@@ -113,7 +113,7 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
 
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.data import Shard, build_loaders
-    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.options import LoaderOptions, PlanOptions
     from imagenet_recipes.run_plan import plan_run
 
     device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
@@ -125,7 +125,7 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
                       "--steps-per-epoch", str(warm + args.batches), *backend_flags(row),
                       str(args.data)], entry="nd")
     train, val, _ = build_loaders(LoaderOptions.of(cfg), Shard(), device,
-                                  plan_run(cfg, 1, device.type))
+                                  plan_run(PlanOptions.of(cfg), 1, device.type))
     train.set_epoch(0)
     batches, images, warm_images = iter(train), 0, 0
     try:

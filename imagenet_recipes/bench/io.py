@@ -61,7 +61,7 @@ from imagenet_recipes.bench.render import render
 
 from imagenet_recipes.config import parse_args
 from imagenet_recipes.data import IMAGENET_MEAN, IMAGENET_STD, build_loaders
-from imagenet_recipes.options import LoaderOptions
+from imagenet_recipes.options import LoaderOptions, PlanOptions
 from imagenet_recipes.run_plan import plan_run
 from imagenet_recipes.strategies import Strategy
 
@@ -149,7 +149,7 @@ def recipe_train_loader(data: Path, backend: str, batch: int, size: int, workers
     cfg = parse_args(["-b", str(batch), "--image-size", str(size), "-j", str(workers),
                       "--data-backend", backend, str(data)])
     shard = Strategy().data_shard()
-    plan = plan_run(cfg, shard.world_size, device.type)
+    plan = plan_run(PlanOptions.of(cfg), shard.world_size, device.type)
     return build_loaders(LoaderOptions.of(cfg), shard, device, plan)[0]
 
 

@@ -14,6 +14,7 @@ from .data import BACKEND_SECTIONS, DaliOptions, DataOptions, GpuDecodeOptions, 
 from .distribution import DdpOptions, DistributionOptions, HorovodOptions
 from .fields import Bound, Section, opt
 from .loader import LoaderOptions
+from .plan import PlanOptions
 from .model import ModelOptions
 from .optimization import BatchOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
 from .precision import PrecisionOptions
@@ -38,5 +39,6 @@ def backend_groups() -> dict:
             for f in dataclasses.fields(section)}
 
 
-__all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "LoaderOptions", "Section", "opt", *(
+__all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "LoaderOptions", "PlanOptions", "Section",
+           "opt", *(
     s.__name__ for s in SECTIONS)]

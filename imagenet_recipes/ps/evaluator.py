@@ -14,7 +14,7 @@ import torch.nn as nn
 from .. import checkpoint, lifecycle
 from ..data import Shard, build_loaders
 from ..models import build_model
-from ..options import LoaderOptions
+from ..options import LoaderOptions, PlanOptions
 from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from ..validation import evaluate
@@ -73,8 +73,8 @@ def watch(cfg) -> None:
         from ..errors import UsageError
         raise UsageError(f"--evaluator {watched}: no such run dir")
     device = pick_device(cfg.device)
-    plan = plan_as_given(cfg, 1, device.type)
-    cfg = plan.as_run(cfg)  # its records: the config as planned
+    plan = plan_as_given(PlanOptions.of(cfg), 1, device.type)
+    cfg = lifecycle.planned_config(cfg, plan)  # its records: the config as planned
     _, val_loader, num_classes = build_loaders(LoaderOptions.of(cfg), Shard(), device, plan)
     out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
     log = lifecycle.open_log(out_dir, cfg, is_main=True)

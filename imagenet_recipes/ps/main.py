@@ -16,7 +16,7 @@ from ..config import exit_on_usage_error, parse_args
 from ..data import Shard, build_loaders
 from ..errors import UsageError
 from ..models import arch_slug, build_model
-from ..options import LoaderOptions
+from ..options import LoaderOptions, PlanOptions
 from ..precision import Precision
 from ..registry import ENTRIES
 from ..run_plan import plan_as_given
@@ -50,8 +50,9 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
 
 def run_server(cfg: PSConfig, workers: int, entry: str) -> int:
     device = pick_device(cfg.device)
-    plan = plan_as_given(cfg, workers, device.type)
-    cfg = plan.as_run(cfg)  # the server, its records and checkpoints: the config as planned
+    plan = plan_as_given(PlanOptions.of(cfg), workers, device.type)
+    # the server, its records and checkpoints: the config as planned
+    cfg = lifecycle.planned_config(cfg, plan)
     torch.manual_seed(cfg.seed or 0)  # the same initial weights as DDP's rank 0
     _, val_loader, num_classes = build_loaders(LoaderOptions.of(cfg), Shard(), device, plan)
     # The model stays on the CPU, in float32 whatever the workers compute in (their O2 masters

@@ -28,7 +28,7 @@ from .. import lifecycle
 from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
-from ..options import LoaderOptions
+from ..options import LoaderOptions, PlanOptions
 from ..precision import Precision
 from ..run_plan import plan_as_given
 from ..strategies.base import Strategy
@@ -94,7 +94,7 @@ class Worker:
         # context on GPU 0.
         self.strategy = WorkerStrategy(cfg, worker, gpu)
         self.device = self.strategy.setup_environment()
-        plan = plan_as_given(cfg, workers, self.device.type)
+        plan = plan_as_given(PlanOptions.of(cfg), workers, self.device.type)
         self.strategy.follow(plan)
         torch.backends.cudnn.benchmark = not cfg.deterministic
         self.loader, _, self.num_classes = build_loaders(

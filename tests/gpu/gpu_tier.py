@@ -197,12 +197,12 @@ def one_process_loaders(cfg, device):
     """-> (train, val, classes): the loaders of a one-process run of `cfg` on `device`, built
     as its entry script builds them."""
     from imagenet_recipes.data import build_loaders
-    from imagenet_recipes.options import LoaderOptions
+    from imagenet_recipes.options import LoaderOptions, PlanOptions
     from imagenet_recipes.run_plan import plan_run
     from imagenet_recipes.strategies import Strategy
 
     return build_loaders(LoaderOptions.of(cfg), Strategy().data_shard(), device,
-                         plan_run(cfg, 1, device.type))
+                         plan_run(PlanOptions.of(cfg), 1, device.type))
 
 
 def read_log(run_dir: Path) -> Dict[str, List[dict]]:
