@@ -135,15 +135,43 @@ def _signal_at_step_2(slurm, job_id: str, output: Path, hold_dir: Path, signal_n
     release(hold_dir)
 
 
+def _users_env(tmp_path: Path, extra_env: Optional[dict] = None) -> tuple:
+    """(the environment, a job's environment): submitted from an activated environment that has
+    torch (not this clone: the job installs it there), with pip pointed at nothing and an empty
+    cache."""
+    from fresh_python import bare_python
+
+    venv = tmp_path / "users-env"
+    env = bare_python(venv, with_packages=True)
+    (venv / "bin" / "horovodrun").write_text(  # the console script Horovod's package brings
+        f"#!/bin/sh\nexec {venv}/bin/python -c 'from horovod.runner.launch import "
+        "run_commandline; run_commandline()' \"$@\"\n")
+    (venv / "bin" / "horovodrun").chmod(0o755)
+    return venv, {**env, **(extra_env or {}), "VIRTUAL_ENV": str(venv),
+                  "XDG_CACHE_HOME": str(tmp_path / "cache"), "PIP_CONFIG_FILE": os.devnull,
+                  "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_FIND_LINKS": ""}
+
+
+def _assert_trained_in(venv: Path, text: str, tmp_path: Path) -> None:
+    """The job trained in the environment active at submit time, said so in one line, and
+    built no environment of its own."""
+    assert f"launch/env.sh: the active environment {venv} (its torch; nothing built)" in text
+    assert "creating" not in text
+    assert not list((tmp_path / "cache").glob("imagenet-recipes/venv-*"))
+
+
 def test_single_node_batch_script_trains_with_two_processes(slurm, tiny_imagefolder, tmp_path):
-    """`sbatch --wait launch/slurm/ddp_amp_single_node.sbatch DATA ARGS`: torchrun starts one
-    process per allocated CPU (2), mixed precision on (O1, bf16 on CPU), and the run dir is
-    runs/slurm-<jobid> under --logdir."""
+    """`sbatch --wait launch/slurm/ddp_amp_single_node.sbatch DATA ARGS`, from a user's
+    activated environment: torchrun starts one process per allocated CPU (2), mixed precision
+    on (O1, bf16 on CPU), in that environment, and the run dir is runs/slurm-<jobid> under
+    --logdir."""
     args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "3",
             "--logdir", tmp_path / "runs"]
-    proc, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=True)
+    venv, env = _users_env(tmp_path)
+    proc, job_id, output = _submit(slurm, tmp_path, SINGLE_NODE, args, wait=True, env=env)
     text = _text(output)
     assert proc.returncode == 0, f"{proc.stderr}\n{text}\n{slurm.logs()}"
+    _assert_trained_in(venv, text, tmp_path)
     info = slurm.job(job_id)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "0")
 
@@ -216,14 +244,17 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm, tiny_imagefo
 def test_multi_node_batch_script_runs_one_torchrun_per_node(slurm, tiny_imagefolder, tmp_path):
     """`sbatch --nodes=2 launch/slurm/ddp_amp_multi_node.sbatch`: srun starts one torchrun per
     node (two slurmds here), they meet at the c10d rendezvous on the first node and, with one
-    process per node (NPROC=1), form one world of 2 ranks."""
+    process per node (NPROC=1), form one world of 2 ranks; both in the environment active at
+    submit time."""
     args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "2",
             "--opt-level", "O0", "--logdir", tmp_path / "runs"]
+    venv, env = _users_env(tmp_path, {"NPROC": "1"})
     _, job_id, output = _submit(slurm, tmp_path, MULTI_NODE, args, wait=False,
-                                sbatch_args=["--nodes=2"], env={"NPROC": "1"})
+                                sbatch_args=["--nodes=2"], env=env)
     info = slurm.wait_for_end(job_id, output)
     text = _text(output)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), f"{text}\n{slurm.logs()}"
+    _assert_trained_in(venv, text, tmp_path)
     assert info["NodeList"] == "node[1-2]"
 
     run_dir = tmp_path / "runs" / f"slurm-{job_id}"
@@ -262,8 +293,7 @@ def test_scancel_is_not_undone_by_a_requeue(slurm, tiny_imagefolder, tmp_path):
 
 
 @pytest.mark.parametrize("script,sbatch_args,extra_env,strategy", [
-    ("ddp_amp_single_node", [], {}, "ddp"),
-    ("ddp_amp_multi_node", ["--nodes=2"], {"NPROC": "1"}, "ddp"),
+    # (the two DDP scripts: the single- and multi-node tests above)
     ("horovod", ["--nodes=1"], {"NPROC": "2"}, "hvd"),
     ("ps", [], {"WORKERS": "1"}, "ps"),
 ])
@@ -272,18 +302,7 @@ def test_each_batch_script_trains_in_the_environment_active_at_submit_time(
     """Submitted from an activated environment that has torch (not this clone: the job installs
     it there), with pip pointed at nothing and an empty cache: the job trains in that
     environment, says so in one line, and builds no environment of its own."""
-    from fresh_python import bare_python
-
-    venv = tmp_path / "users-env"
-    env = bare_python(venv, with_packages=True)
-    (venv / "bin" / "horovodrun").write_text(  # the console script Horovod's package brings
-        f"#!/bin/sh\nexec {venv}/bin/python -c 'from horovod.runner.launch import "
-        "run_commandline; run_commandline()' \"$@\"\n")
-    (venv / "bin" / "horovodrun").chmod(0o755)
-    cache = tmp_path / "cache"
-    job_env = {**env, **extra_env, "VIRTUAL_ENV": str(venv), "XDG_CACHE_HOME": str(cache),
-               "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
-               "PIP_FIND_LINKS": ""}
+    venv, job_env = _users_env(tmp_path, extra_env)
     args = [tiny_imagefolder, *TINY, "-b", "4", "--epochs", "1", "--steps-per-epoch", "2",
             "--opt-level", "O0", "--logdir", tmp_path / "runs"]
     _, job_id, output = _submit(slurm, tmp_path, REPO / "launch" / "slurm" / f"{script}.sbatch",
@@ -294,5 +313,4 @@ def test_each_batch_script_trains_in_the_environment_active_at_submit_time(
     run_dir = tmp_path / "runs" / f"slurm-{job_id}"
     assert records(run_dir, "run")[0]["strategy"].startswith(strategy), text
     assert records(run_dir, "end")[-1]["reason"] == "finished", text
-    assert f"launch/env.sh: the active environment {venv} (its torch; nothing built)" in text
-    assert "creating" not in text and not list(cache.glob("imagenet-recipes/venv-*"))
+    _assert_trained_in(venv, text, tmp_path)

@@ -80,12 +80,13 @@ def validated_on_one(tiny_imagefolder, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("validated-on-one")  # one worker: the checkpoint is trained once
-@pytest.mark.parametrize("backend,nproc", [("pytorch", 2), ("pytorch", 3), ("dali-cpu", 2),
-                                           ("dali-cpu", 3)])
+@pytest.mark.parametrize("backend,nproc", [("pytorch", 3), ("dali-cpu", 3)])
 def test_distributed_validation_is_exact(validated_on_one, tiny_imagefolder, tmp_path, backend,
                                          nproc):
-    """Validating one checkpoint on N ranks gives the same count and accuracy as on one (with
-    batch 6, the shards end in partial batches; with 3 ranks they are uneven)."""
+    """Validating one checkpoint on N ranks gives the same count and accuracy as on one. With
+    3 ranks the 20 images split unevenly (7, 7, 6: validation shards are not padded, so the
+    ranks run different numbers of batches) and, at batch 6, every shard ends in a partial
+    batch: the even split of 2 ranks has nothing these lack."""
     evaluate, single = validated_on_one(backend)
     run_script("ddp.py", evaluate + ["--logdir", tmp_path, "--run-name", "valN",
                                      tiny_imagefolder], nproc=nproc)
@@ -203,6 +204,7 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
     from imagenet_recipes import engine
     from imagenet_recipes.config import parse_args
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     monkeypatch.setattr(engine, "build_model", _bn_free_cnn)
 
@@ -210,7 +212,7 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
         argv = [str(a) for a in TINY + ["-j", "0", "--epochs", "1", "--steps-per-epoch", "3",
                                        "--logdir", tmp_path, *extra, tiny_imagefolder]]
         cfg = parse_args(argv)
-        trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
+        trainer = engine.Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
         trainer.setup()
         trainer.fit()
         weights = trainer.strategy.module.state_dict()
