@@ -27,7 +27,7 @@ from .machine import cores_per_process
 from .metrics import Stopwatch, SumMeter, correct_topk, summarize
 from .models import arch_slug, build_model, input_size_refusal, load_command
 from .options import (AugmentOptions, EmaOptions, LoaderOptions, LossOptions, OptimizerOptions,
-                      PlanOptions, ScheduleOptions)
+                      PlanOptions, ScheduleOptions, StrategyOptions)
 from .optim import build_optimizer
 from .presets import scaling_note
 from .progress import RunClock, duration
@@ -545,7 +545,7 @@ def run(strategy_class, entry: str, cfg: TrainConfig) -> None:
     Entry scripts reach it through imagenet_recipes.cli.main, which parsed `cfg`."""
     trainer = strategy = None
     try:
-        strategy = strategy_class.from_config(cfg)
+        strategy = strategy_class.build(StrategyOptions.of(cfg, strategy_class.sections()))
         trainer = Trainer(cfg, strategy, entry)
         trainer.setup()
         trainer.fit()

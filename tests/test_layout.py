@@ -95,30 +95,64 @@ def test_no_code_decides_by_an_entry_or_strategy_name():
     assert found == []
 
 
-def test_each_strategy_takes_the_options_its_capabilities_offer_declared_once():
-    """A strategy class declares the config fields its constructor takes (OPTIONS, gathered
-    along its bases); every field that needs a capability the strategy itself implements is
-    among them, and each argument is one its constructors accept."""
+def _another_value(field):
+    """A value of the option `field` other than its default."""
+    choices = field.metadata.get("argparse", {}).get("choices")
+    if choices:
+        return next(c for c in choices if c != field.default)
+    return not field.default if isinstance(field.default, bool) else field.default + 2
+
+
+def _strategies_and_what_they_read():
+    """(strategy class, the config class, the fields it must read): each registered engine
+    strategy with the options that need a capability it implements itself; the local SGD
+    experiment's with its own section."""
     import dataclasses
-    import inspect
 
     from imagenet_recipes import registry
     from imagenet_recipes.config import TrainConfig
+    from imagenet_recipes.experiments.local_sgd.config import LocalSGDConfig
+    from imagenet_recipes.experiments.local_sgd.options import LocalSGDOptions
+    from imagenet_recipes.experiments.local_sgd.strategy import LocalSGDStrategy
     from imagenet_recipes.strategies import strategy_class
 
-    fields = {f.name: f.metadata.get("needs") for f in dataclasses.fields(TrainConfig)}
     owned = {registry.SYNC_BN, registry.SHARE_GPUS, registry.DDP_COMM_HOOKS,
              registry.HOROVOD_COMPRESSION, registry.COLLECTIVE_TIMEOUT}
     for name in engine_strategies():
-        spec = STRATEGIES[name]
-        cls = strategy_class(name)
-        options = cls.options()
-        assert set(options.values()) <= set(fields), name
-        offered = {f for f, needs in fields.items() if needs in owned & spec.provides}
-        assert offered <= set(options.values()), (name, offered - set(options.values()))
+        provides = owned & STRATEGIES[name].provides
+        yield strategy_class(name), TrainConfig, {
+            f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("needs") in provides}
+    yield LocalSGDStrategy, LocalSGDConfig, {f.name for f in dataclasses.fields(LocalSGDOptions)}
+
+
+def test_each_strategy_reads_the_options_its_capabilities_offer():
+    """A strategy is built from its options bundle (StrategyOptions: the shared sections and
+    its own); every option that needs a capability the strategy implements changes the
+    arguments it gives its constructor, and its constructors accept each argument."""
+    import dataclasses
+    import inspect
+    import types
+
+    from imagenet_recipes.options import StrategyOptions
+
+    checked = 0
+    for cls, config, reads in _strategies_and_what_they_read():
+        fields = {f.name: f for f in dataclasses.fields(config)}
+        defaults = {name: getattr(config(), name) for name in fields}
+
+        def arguments(**changed):
+            values = types.SimpleNamespace(**{**defaults, **changed})
+            return cls.arguments(StrategyOptions.of(values, cls.sections()))
+
+        plain = arguments()
         accepted = {p for klass in cls.__mro__ if "__init__" in vars(klass)
                     for p in inspect.signature(klass.__init__).parameters}
-        assert set(options) <= accepted, (name, set(options) - accepted)
+        assert set(plain) <= accepted, (cls.__name__, set(plain) - accepted)
+        for name in reads:
+            assert arguments(**{name: _another_value(fields[name])}) != plain, (
+                cls.__name__, name)
+            checked += 1
+    assert checked >= 10  # sync_bn x3, share_gpus, the hooks' 3, fp16_allreduce, local SGD's 4
 
 
 PACKAGE = Path(imagenet_recipes.__file__).parent

@@ -641,6 +641,7 @@ def test_a_skipped_first_step_keeps_the_schedule_and_warns_nothing(tmp_path, mon
 
     from imagenet_recipes import engine
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     monkeypatch.setattr(engine, "build_model", _overflowing_cnn)
 
@@ -650,7 +651,7 @@ def test_a_skipped_first_step_keeps_the_schedule_and_warns_nothing(tmp_path, mon
                           "--lr-schedule", "cosine",
                           "--synthetic-train-size", "24", "--synthetic-val-size", "4",
                           "--logdir", str(tmp_path), "--run-name", name, *precision])
-        trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
+        trainer = engine.Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             trainer.setup()

@@ -409,6 +409,7 @@ def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch
 
     from imagenet_recipes.engine import Trainer
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     saved = (torch.are_deterministic_algorithms_enabled(),
@@ -421,7 +422,7 @@ def test_deterministic_sets_what_determinism_needs_on_cuda(tmp_path, monkeypatch
             cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
                               "--device", "cpu", "--deterministic", "--logdir", str(tmp_path),
                               "--synthetic-train-size", "8", "--synthetic-val-size", "4"])
-            trainer = Trainer(cfg, Strategy.from_config(cfg), "nd")
+            trainer = Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
             trainer.setup()
             trainer.close()
             assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == kept
@@ -699,6 +700,7 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
     what comes back."""
     from imagenet_recipes import engine
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     calls = []
 
@@ -710,7 +712,7 @@ def test_the_engine_gives_the_data_wait_note_once_after_the_first_epoch(tiny_ima
     cfg = parse_args([str(a) for a in ["-a", "resnet18", "--image-size", "32", "-b", "8", "-j",
                                        "0", "-p", "1", "--epochs", "2", "--steps-per-epoch", "1",
                                        "--logdir", tmp_path, tiny_imagefolder]])
-    trainer = engine.Trainer(cfg, Strategy.from_config(cfg), "nd")
+    trainer = engine.Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
     trainer.setup()
     trainer.fit()
     trainer.close()
@@ -733,13 +735,15 @@ def test_ddp_gradients_are_views_into_its_buckets_on_every_step(tmp_path, monkey
 
     from imagenet_recipes.engine import Trainer
     from imagenet_recipes.strategies import DDPStrategy
+    from imagenet_recipes.options import StrategyOptions
 
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
                       "--device", "cpu", "--logdir", str(tmp_path), "--synthetic-train-size",
                       "8", "--synthetic-val-size", "4"], entry="ddp")
-    trainer = Trainer(cfg, DDPStrategy.from_config(cfg), "ddp")
+    strategy = DDPStrategy.build(StrategyOptions.of(cfg, DDPStrategy.sections()))
+    trainer = Trainer(cfg, strategy, "ddp")
     trainer.setup()
     try:
         strategy = trainer.strategy

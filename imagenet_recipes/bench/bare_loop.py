@@ -41,8 +41,10 @@ from imagenet_recipes.config import parse_args
 from imagenet_recipes.data import IMAGENET_MEAN, IMAGENET_STD
 from imagenet_recipes.engine import Trainer
 from imagenet_recipes.metrics import SumMeter
+from imagenet_recipes.options import StrategyOptions
 from imagenet_recipes.registry import OPT_LEVELS
 from imagenet_recipes.strategies import Strategy
+
 
 def parse_cli(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
@@ -124,7 +126,7 @@ def build_trainer(args: argparse.Namespace, logdir: str) -> Trainer:
     if getattr(args, "compile", False):
         argv.append("--compile")
     cfg = parse_args(argv)
-    trainer = Trainer(cfg, Strategy.from_config(cfg), "bench")
+    trainer = Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "bench")
     trainer.setup()
     return trainer
 

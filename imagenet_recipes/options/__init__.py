@@ -15,6 +15,7 @@ from .distribution import DdpOptions, DistributionOptions, HorovodOptions
 from .fields import Bound, Section, opt
 from .loader import LoaderOptions
 from .plan import PlanOptions
+from .strategy import StrategyOptions
 from .model import ModelOptions
 from .optimization import BatchOptions, EmaOptions, LossOptions, OptimizerOptions, ScheduleOptions
 from .precision import PrecisionOptions
@@ -40,5 +41,6 @@ def backend_groups() -> dict:
 
 
 __all__ = ["SECTIONS", "BACKEND_SECTIONS", "Bound", "LoaderOptions", "PlanOptions", "Section",
+           "StrategyOptions",
            "opt", *(
     s.__name__ for s in SECTIONS)]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, List, NoReturn, Optional, Tuple
+from typing import Any, List, NoReturn, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
 
-from ..config import TrainConfig
 from ..data.sampling import Shard
 from ..errors import UsageError
 from ..gpu_expected import refusal, why_no_cuda
+from ..options.fields import Section
+from ..options.strategy import StrategyOptions
 from ..precision import Precision
 from ..runlog import console
 
@@ -56,9 +57,9 @@ class Strategy:
     """
 
     name = "nd"
-    # The constructor's options that the command line sets: argument -> TrainConfig field. Each
-    # class declares its own; from_config gathers them along the class's lineage.
-    OPTIONS = {"device": "device", "compile": "compile"}
+    # The option sections that only this strategy reads (its registry entry's capabilities'
+    # options: DDP's hooks, Horovod's compression); sections() gathers them along the lineage.
+    SECTIONS: Tuple[Type[Section], ...] = ()
     rank, world_size, local_rank, local_world_size = 0, 1, 0, 1
     share_gpus = False  # several local ranks on one GPU (DDP's --share-gpus)
 
@@ -69,23 +70,25 @@ class Strategy:
         self.channels_last = False  # the plan's (follow)
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> "Strategy":
-        """The strategy with the options of `cfg` it understands (config.parse_args has
-        refused the options of other entry scripts)."""
-        return cls(Precision.from_config(cfg), **cls.options_from(cfg))
-
-    @classmethod
-    def options(cls) -> dict:
-        """Every option this strategy's constructor takes from the config (the OPTIONS of it
-        and its bases): argument -> TrainConfig field."""
-        declared = {}
+    def sections(cls) -> Tuple[Type[Section], ...]:
+        """The sections this strategy and its bases read beside the shared ones
+        (StrategyOptions.of(cfg, cls.sections()) is what `build` takes)."""
+        found: List[Type[Section]] = []
         for klass in reversed(cls.__mro__):
-            declared.update(vars(klass).get("OPTIONS", {}))
-        return declared
+            found += [s for s in vars(klass).get("SECTIONS", ()) if s not in found]
+        return tuple(found)
 
     @classmethod
-    def options_from(cls, cfg: TrainConfig) -> dict:
-        return {argument: getattr(cfg, field) for argument, field in cls.options().items()}
+    def build(cls, options: StrategyOptions) -> "Strategy":
+        """The strategy a run's options ask for (config.parse_args has refused the options of
+        other entry scripts)."""
+        return cls(Precision.from_config(options.precision), **cls.arguments(options))
+
+    @classmethod
+    def arguments(cls, options: StrategyOptions) -> dict:
+        """The constructor's keyword arguments that the options set; a subclass adds its own
+        to its base's."""
+        return {"device": options.distribution.device, "compile": options.compile}
 
     def follow(self, plan) -> None:
         """What the run's plan (run_plan.RunPlan, made once the environment gives the world

@@ -6,6 +6,8 @@ from typing import Optional
 import torch.nn as nn
 
 from ..comm_hooks import LossScaledPowerSGD, powersgd_hook
+from ..options.distribution import DdpOptions
+from ..options.strategy import StrategyOptions
 from ..precision import Precision
 from .process_group import ProcessGroupStrategy
 
@@ -14,8 +16,7 @@ class DDPStrategy(ProcessGroupStrategy):
     """One process per device; gradients all-reduced in buckets, overlapped with backward."""
 
     name = "ddp"
-    OPTIONS = {"comm_hook": "ddp_comm_hook", "powersgd_rank": "powersgd_rank",
-               "powersgd_start_step": "powersgd_start_step", "share_gpus": "share_gpus"}
+    SECTIONS = (DdpOptions,)
 
     def __init__(self, precision: Optional[Precision] = None, *, comm_hook: str = "none",
                  powersgd_rank: int = 1, powersgd_start_step: int = 10, **common):
@@ -23,6 +24,13 @@ class DDPStrategy(ProcessGroupStrategy):
         self.comm_hook = comm_hook
         self.powersgd_rank, self.powersgd_start_step = powersgd_rank, powersgd_start_step
         self.powersgd: Optional[LossScaledPowerSGD] = None  # --ddp-comm-hook powersgd's state
+
+    @classmethod
+    def arguments(cls, options: StrategyOptions) -> dict:
+        hooks = options.section(DdpOptions)
+        return {**super().arguments(options), "share_gpus": options.distribution.share_gpus,
+                "comm_hook": hooks.ddp_comm_hook, "powersgd_rank": hooks.powersgd_rank,
+                "powersgd_start_step": hooks.powersgd_start_step}
 
     def _wrap_and_share(self, model: nn.Module) -> nn.Module:
         # DDP: broadcasts rank 0's parameters and buffers at construction, then all-reduces

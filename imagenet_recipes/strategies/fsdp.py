@@ -39,8 +39,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import fully_shard
 
-from ..config import TrainConfig
 from ..errors import UsageError
+from ..options.strategy import StrategyOptions
 from .process_group import ProcessGroupStrategy
 
 _GATHERED = StateDictOptions(full_state_dict=True, cpu_offload=True)  # on rank 0, in host memory
@@ -53,12 +53,13 @@ class FSDPStrategy(ProcessGroupStrategy):
     name = "fsdp"
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> "FSDPStrategy":
-        if cfg.opt_level in ("O2", "O3"):
-            raise UsageError(f"--opt-level {cfg.opt_level} keeps half weights (O2: with fp32 "
+    def build(cls, options: StrategyOptions) -> "FSDPStrategy":
+        level = options.precision.opt_level
+        if level in ("O2", "O3"):
+            raise UsageError(f"--opt-level {level} keeps half weights (O2: with fp32 "
                              "masters); train/fsdp.py shards fp32 weights: use --opt-level O1 "
                              "(autocast) or O0")
-        return super().from_config(cfg)
+        return super().build(options)
 
     # --- model -----------------------------------------------------------------------------------
     def _wrap_and_share(self, model: nn.Module) -> nn.Module:

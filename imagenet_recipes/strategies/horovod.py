@@ -7,6 +7,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import UsageError
+from ..options.distribution import HorovodOptions
+from ..options.strategy import StrategyOptions
 from ..precision import Precision
 from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy
@@ -68,13 +70,18 @@ class HorovodStrategy(Strategy):
     DistributedOptimizer (gloo on CPU, NCCL on GPU), everything else through hvd collectives."""
 
     name = "hvd"
-    OPTIONS = {"sync_bn": "sync_bn", "fp16_allreduce": "fp16_allreduce"}
+    SECTIONS = (HorovodOptions,)
 
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  fp16_allreduce: bool = False, **common):
         super().__init__(precision, **common)
         self.sync_bn, self.fp16_allreduce = sync_bn, fp16_allreduce
         self.backward_passes_per_step = 1
+
+    @classmethod
+    def arguments(cls, options: StrategyOptions) -> dict:
+        return {**super().arguments(options), "sync_bn": options.distribution.sync_bn,
+                "fp16_allreduce": options.section(HorovodOptions).fp16_allreduce}
 
     def follow(self, plan) -> None:
         # Horovod: its hooks must know how many backward passes make a step, the plan's

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..peers import PeerWatch, end_process_now
+from ..options.strategy import StrategyOptions
 from ..precision import Precision
 from ..syncbn import check_plain_batchnorm, convert_to_cross_rank_bn
 from .base import Strategy
@@ -53,8 +54,6 @@ class ProcessGroupStrategy(Strategy):
     """One process per device in a torch.distributed group (gloo on CPUs, NCCL on GPUs). A
     subclass wraps the model (`_wrap_and_share`) and says how gradients are reduced."""
 
-    OPTIONS = {"sync_bn": "sync_bn", "seed": "seed", "dist_timeout": "dist_timeout"}
-
     def __init__(self, precision: Optional[Precision] = None, *, sync_bn: bool = False,
                  seed: int = 0, dist_timeout: float = 600.0, share_gpus: bool = False,
                  **common):
@@ -62,6 +61,12 @@ class ProcessGroupStrategy(Strategy):
         self.sync_bn, self.seed, self.timeout = sync_bn, seed, dist_timeout
         self.share_gpus = share_gpus
         self.wrapper: Optional[nn.Module] = None  # what holds the group besides torch itself
+
+    @classmethod
+    def arguments(cls, options: StrategyOptions) -> dict:
+        shared = options.distribution
+        return {**super().arguments(options), "sync_bn": shared.sync_bn, "seed": options.seed,
+                "dist_timeout": shared.dist_timeout}
 
     def setup_environment(self) -> torch.device:
         # torchrun (or srun + env) tells each process who it is.

@@ -40,12 +40,13 @@ def test_o2_keeps_half_weights_fp32_batchnorm_and_fp32_masters(tmp_path, saw):
     from imagenet_recipes.engine import Trainer
     from imagenet_recipes.metrics import SumMeter
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     cfg = parse_args(["--dummy", "-a", ARCH, "--image-size", IMAGE, "-b", BATCH,
                       "--opt-level", "O2", "--amp-dtype", "float16", "--device", DEVICE,
                       "--logdir", str(tmp_path), "--run-name", "o2",
                       "--synthetic-train-size", "64", "--synthetic-val-size", "16"])
-    trainer = Trainer(cfg, Strategy.from_config(cfg), "nd")
+    trainer = Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
     trainer.setup()
     try:
         model = trainer.strategy.module

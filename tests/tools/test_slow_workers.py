@@ -66,6 +66,7 @@ def test_the_engine_calls_the_hooks_after_each_step_from_the_epoch_given(tmp_pat
     by a sleep of (factor - 1) x its own time."""
     from imagenet_recipes.engine import Trainer
     from imagenet_recipes.strategies import Strategy
+    from imagenet_recipes.options import StrategyOptions
 
     cfg = parse_args(["--dummy", "-a", "resnet18", "--image-size", "32", "-b", "4",
                       "--device", "cpu", "--logdir", str(tmp_path), "--epochs", "2",
@@ -73,7 +74,7 @@ def test_the_engine_calls_the_hooks_after_each_step_from_the_epoch_given(tmp_pat
                       "--worker-slowdown", "3", "--slowdown-from-epoch", "1"],
                      config_cls=SlowTrainConfig)
     slept = []
-    trainer = Trainer(cfg, Strategy.from_config(cfg), "nd")
+    trainer = Trainer(cfg, Strategy.build(StrategyOptions.of(cfg)), "nd")
     monkeypatch.setattr(options.time, "sleep", lambda s: slept.append((trainer.epoch, s)))
     trainer.setup()
     try:

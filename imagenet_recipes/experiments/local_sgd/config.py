@@ -2,37 +2,17 @@
 workers' (local SGD is studied on workers of different speeds: lab/hetero.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...config import TrainConfig
-from ...options import opt
 from ...errors import UsageError
 from ...bench.slow_workers.options import SlowWorkerOptions
-
-LOCAL_SGD = "local SGD (experiment)"  # the help group of the options below
+from .options import LocalSGDOptions
 
 
 @dataclass(frozen=True)
-class LocalSGDConfig(SlowWorkerOptions, TrainConfig):
-    local_sgd_period: int = field(default=0, metadata=opt(
-        LOCAL_SGD, "--local-sgd-period",
-        help="post-local SGD: after --local-sgd-warmup-steps of plain DDP, each process steps "
-             "on its own gradients and the models are averaged every H optimizer steps (0: "
-             "off, plain DDP; 1: the same updates as DDP, by averaging weights instead of "
-             "gradients)"))
-    local_sgd_warmup_steps: int = field(default=0, metadata=opt(
-        LOCAL_SGD, "--local-sgd-warmup-steps",
-        help="optimizer steps of plain DDP (gradients all-reduced) before the local steps "
-             "begin (Lin et al.'s post-local SGD starts after the first lr decay)"))
-    local_sgd_outer_lr: float = field(default=1.0, metadata=opt(
-        LOCAL_SGD, "--local-sgd-outer-lr",
-        help="an outer SGD step on each average, DiLoCo-style (Douillard et al., 2023): the "
-             "weights move by this times the ranks' mean change (with "
-             "--local-sgd-outer-momentum, Nesterov momentum over those changes). 1 with "
-             "momentum 0: plain averaging (default); DiLoCo: 0.7 with momentum 0.9"))
-    local_sgd_outer_momentum: float = field(default=0.0, metadata=opt(
-        LOCAL_SGD, "--local-sgd-outer-momentum",
-        help="Nesterov momentum of the outer step (default 0: none)"))
+class LocalSGDConfig(LocalSGDOptions, SlowWorkerOptions, TrainConfig):
+    """train/ddp.py's options, local SGD's section and the slow workers'."""
 
     def validate_extra(self) -> None:
         super().validate_extra()

@@ -9,8 +9,10 @@ import torch
 import torch.nn as nn
 
 from ...errors import UsageError
+from ...options.strategy import StrategyOptions
 from ...precision import Precision
 from ...strategies.ddp import DDPStrategy
+from .options import LocalSGDOptions
 
 
 class LocalSGD:
@@ -98,8 +100,7 @@ class LocalSGDStrategy(DDPStrategy):
     """DDP until the warm-up ends, then local steps and periodic averages (LocalSGD). Every
     method below adds its part to DDP's and calls it: with --local-sgd-period 0 this is DDP."""
 
-    OPTIONS = {name: name for name in ("local_sgd_period", "local_sgd_warmup_steps",
-                                       "local_sgd_outer_lr", "local_sgd_outer_momentum")}
+    SECTIONS = (LocalSGDOptions,)
 
     def __init__(self, precision: Optional[Precision] = None, *, local_sgd_period: int = 0,
                  local_sgd_warmup_steps: int = 0, local_sgd_outer_lr: float = 1.0,
@@ -107,6 +108,14 @@ class LocalSGDStrategy(DDPStrategy):
         super().__init__(precision, **common)
         self.local_sgd = (LocalSGD(local_sgd_period, local_sgd_warmup_steps, local_sgd_outer_lr,
                                    local_sgd_outer_momentum) if local_sgd_period else None)
+
+    @classmethod
+    def arguments(cls, options: StrategyOptions) -> dict:
+        own = options.section(LocalSGDOptions)
+        return {**super().arguments(options), "local_sgd_period": own.local_sgd_period,
+                "local_sgd_warmup_steps": own.local_sgd_warmup_steps,
+                "local_sgd_outer_lr": own.local_sgd_outer_lr,
+                "local_sgd_outer_momentum": own.local_sgd_outer_momentum}
 
     def setup_module(self, model: nn.Module) -> nn.Module:
         if self.local_sgd and self.precision.scaling:
