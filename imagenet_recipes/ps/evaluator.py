@@ -9,14 +9,12 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+import torch
 import torch.nn as nn
 
-from .. import checkpoint, lifecycle
-from ..data import Shard, build_loaders
+from .. import checkpoint
 from ..models import build_model
-from ..options import LoaderOptions, PlanOptions
-from ..run_plan import plan_as_given
-from ..strategies.base import pick_device
+from ..runlog import RunLog
 from ..validation import evaluate
 
 
@@ -64,50 +62,35 @@ def _training_ended(run_dir: Path) -> bool:
     return any(json.loads(line).get("kind") == "end" for line in lines[-5:] if line.strip())
 
 
-def watch(cfg) -> None:
-    """Validate every new checkpoint of the run in `cfg.evaluator` (any strategy's run) until
-    that run has ended and its last checkpoint was scored, or nothing new came for
-    --evaluator-idle-timeout seconds. Records go to the evaluator's own run dir."""
-    watched = Path(cfg.evaluator)
-    if not watched.is_dir():
-        from ..errors import UsageError
-        raise UsageError(f"--evaluator {watched}: no such run dir")
-    device = pick_device(cfg.device)
-    plan = plan_as_given(PlanOptions.of(cfg), 1, device.type)
-    cfg = lifecycle.planned_config(cfg, plan)  # its records: the config as planned
-    _, val_loader, num_classes = build_loaders(LoaderOptions.of(cfg), Shard(), device, plan)
-    out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
-    log = lifecycle.open_log(out_dir, cfg, is_main=True)
-    lifecycle.write_run_record(log, cfg, "ps-evaluator", None, strategy="evaluator",
-                               watched=str(watched), world_size=1, device=str(device))
-    log.print(f"=> evaluator: watching {watched / checkpoint.LATEST}; logging to {out_dir}")
+def watch(watched: Path, val_loader, num_classes: int, device: torch.device, log: RunLog,
+          idle_timeout: float) -> None:
+    """Validate every new checkpoint of the run dir `watched` (any strategy's run) on
+    `val_loader` until that run has ended and its last checkpoint was scored, or nothing new
+    came for `idle_timeout` seconds (--evaluator-idle-timeout), each score a `val` record of
+    `log`."""
     model, seen, idle_since = None, None, time.monotonic()
-    try:
-        while True:
-            path = watched / checkpoint.LATEST
-            stamp = path.stat().st_mtime_ns if path.is_file() else None
-            if stamp is not None and stamp != seen:
-                state = checkpoint.load_newest_valid(watched)
-                seen, idle_since = stamp, time.monotonic()
-                if state is not None:
-                    if model is None:
-                        model = build_model(state["arch"], num_classes).to(device)
-                    model.load_state_dict(state["model"])
-                    stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss())
-                    log.write("val", epoch=state["epoch"], step=state["step"],
-                              samples_seen=state.get("samples", 0),
-                              checkpoint=str(state["path"]), **stats)
-                    log.print(f" * Evaluated {state['path'].name} (epoch {state['epoch']}, step "
-                              f"{state['step']}): top1 {stats['top1']:.3f}  top5 "
-                              f"{stats['top5']:.3f}  ({stats['count']} images)")
-                continue
-            if _training_ended(watched) and (stamp is None or stamp == seen):
-                log.print("=> evaluator: the watched run has ended")
-                break
-            if time.monotonic() - idle_since > cfg.evaluator_idle_timeout:
-                log.print(f"=> evaluator: no new checkpoint for {cfg.evaluator_idle_timeout:g} s")
-                break
-            time.sleep(1.0)
-    finally:
-        val_loader.close()
-        log.close()
+    while True:
+        path = watched / checkpoint.LATEST
+        stamp = path.stat().st_mtime_ns if path.is_file() else None
+        if stamp is not None and stamp != seen:
+            state = checkpoint.load_newest_valid(watched)
+            seen, idle_since = stamp, time.monotonic()
+            if state is not None:
+                if model is None:
+                    model = build_model(state["arch"], num_classes).to(device)
+                model.load_state_dict(state["model"])
+                stats = evaluate(model, val_loader, device, nn.CrossEntropyLoss())
+                log.write("val", epoch=state["epoch"], step=state["step"],
+                          samples_seen=state.get("samples", 0),
+                          checkpoint=str(state["path"]), **stats)
+                log.print(f" * Evaluated {state['path'].name} (epoch {state['epoch']}, step "
+                          f"{state['step']}): top1 {stats['top1']:.3f}  top5 "
+                          f"{stats['top5']:.3f}  ({stats['count']} images)")
+            continue
+        if _training_ended(watched) and (stamp is None or stamp == seen):
+            log.print("=> evaluator: the watched run has ended")
+            break
+        if time.monotonic() - idle_since > idle_timeout:
+            log.print(f"=> evaluator: no new checkpoint for {idle_timeout:g} s")
+            break
+        time.sleep(1.0)

@@ -6,12 +6,13 @@ import os
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.distributed.rpc as rpc
 
-from .. import lifecycle
+from .. import checkpoint, lifecycle
 from ..config import exit_on_usage_error, parse_args
 from ..data import Shard, build_loaders
 from ..errors import UsageError
@@ -23,6 +24,7 @@ from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
+from .options import RuleOptions
 from .worker import Worker, WorkerStopped
 
 def rank_and_world() -> tuple:
@@ -46,6 +48,29 @@ def _rpc_options(cfg: PSConfig) -> rpc.TensorPipeRpcBackendOptions:
     transports = ["uv"] if cfg.rpc_transport == "uv" else None
     return rpc.TensorPipeRpcBackendOptions(rpc_timeout=cfg.dist_timeout, init_method="env://",
                                            _transports=transports)
+
+
+def run_evaluator(cfg: PSConfig) -> None:
+    """`train/ps.py --evaluator RUN_DIR DATA`: score the checkpoints of that run (any strategy's)
+    as they come (evaluator.watch), with records in the evaluator's own run dir."""
+    watched = Path(cfg.evaluator)
+    if not watched.is_dir():
+        raise UsageError(f"--evaluator {watched}: no such run dir")
+    device = pick_device(cfg.device)
+    plan = plan_as_given(PlanOptions.of(cfg), 1, device.type)
+    cfg = lifecycle.planned_config(cfg, plan)  # its records: the config as planned
+    _, val_loader, num_classes = build_loaders(LoaderOptions.of(cfg), Shard(), device, plan)
+    out_dir = Path(cfg.logdir) / (cfg.run_name or f"{watched.name}-eval")
+    log = lifecycle.open_log(out_dir, cfg, is_main=True)
+    lifecycle.write_run_record(log, cfg, "ps-evaluator", None, strategy="evaluator",
+                               watched=str(watched), world_size=1, device=str(device))
+    log.print(f"=> evaluator: watching {watched / checkpoint.LATEST}; logging to {out_dir}")
+    try:
+        evaluator.watch(watched, val_loader, num_classes, device, log,
+                        cfg.evaluator_idle_timeout)
+    finally:
+        val_loader.close()
+        log.close()
 
 
 def run_server(cfg: PSConfig, workers: int, entry: str) -> int:
@@ -126,7 +151,7 @@ def _stop_on_signal(server, signum: int) -> None:
 
 def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:
     """Server `index` >= 1 of --num-servers: one shard of the parameters (shards.py)."""
-    shards._SHARD = server = shards.ShardServer(cfg, workers)
+    shards._SHARD = server = shards.ShardServer(RuleOptions.of(cfg), workers)
     for signum in (signal.SIGTERM, signal.SIGUSR1):  # server 0 decides when the run stops
         signal.signal(signum, signal.SIG_IGN)
     rpc.init_rpc(wire.server_name(index), rank=index, world_size=cfg.num_servers + workers,
@@ -180,7 +205,7 @@ def main(entry: str = "ps", description: str = "", argv: Optional[list] = None,
         cfg = parse_args(argv, description, ENTRIES[entry].defaults, config_cls=config_cls,
                          entry=entry)
         if cfg.evaluator:
-            evaluator.watch(cfg)
+            run_evaluator(cfg)
             return
         rank, world = rank_and_world()
         servers = cfg.num_servers

@@ -109,8 +109,8 @@ def as_params(tensors: Sequence[torch.Tensor], params: Sequence[torch.Tensor]):
 class ShardServer:
     """Server k >= 1: one shard's parameters and update rule, driven by the coordinator."""
 
-    def __init__(self, cfg, workers: int):
-        self.cfg, self.workers = cfg, workers
+    def __init__(self, rule_options: RuleOptions, workers: int):
+        self.rule_options, self.workers = rule_options, workers
         self.lock = threading.Lock()
         self.ended = threading.Event()
         self.graceful = True  # the RPC shutdown: graceful unless a process is gone
@@ -131,7 +131,7 @@ class ShardServer:
     def load(self, params: List[torch.Tensor], optimizer_state: dict, step: int) -> None:
         with self.lock:
             self.params = [p.clone() for p in params]
-            self.rule = make_rule(RuleOptions.of(self.cfg), self.params, self.workers)
+            self.rule = make_rule(self.rule_options, self.params, self.workers)
             self.rule.load_state_dict(optimizer_state)
             self.step = step
 
