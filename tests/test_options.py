@@ -161,3 +161,46 @@ def test_only_the_composers_and_the_listed_modules_take_the_whole_config():
     planted = ast.parse("def build(cfg, n): pass\n")
     assert _takes_the_whole_config(planted)
     assert not _takes_the_whole_config(ast.parse("def build(cfg: AugmentOptions): pass\n"))
+
+
+# --- what users typed before the options moved into sections --------------------------------------
+# tests/options_838b197.json: every option that each entry script's -h showed at 838b197 (before
+# the sections), as (its config field, its default), and the keys of config.json then.
+BEFORE_SECTIONS = Path(__file__).parent / "options_838b197.json"
+
+
+def _shown_options(entry: str) -> dict:
+    """-> {flag: [config field, default]} of every option the entry's -h shows."""
+    import argparse
+
+    from imagenet_recipes.ps.config import PSConfig
+    from imagenet_recipes.registry import ENTRIES
+
+    parser = build_parser("", ENTRIES[entry].defaults,
+                          config_cls=PSConfig if entry == "ps" else TrainConfig, entry=entry)
+    shown = {}
+    for action in parser._actions:
+        if action.help != argparse.SUPPRESS:
+            default = action.default
+            if not isinstance(default, (int, float, str, bool, type(None))):
+                default = repr(default)
+            shown.update({flag: [action.dest, default] for flag in action.option_strings})
+    return shown
+
+
+@pytest.mark.parametrize("entry", ["nd", "dp", "ddp", "ddp_apex", "fsdp", "hvd", "ps"])
+def test_every_option_an_entry_showed_before_the_sections_means_the_same(entry):
+    """Each flag of the entry's -h at 838b197 is still shown, sets the same config field and
+    has the same default (the entry's own where it has one); new flags may join."""
+    import json
+
+    before = json.loads(BEFORE_SECTIONS.read_text())["entries"][entry]
+    now = _shown_options(entry)
+    assert {flag: now.get(flag) for flag in before} == before
+
+
+def test_config_json_keeps_its_keys():
+    import json
+
+    before = json.loads(BEFORE_SECTIONS.read_text())["config_keys"]
+    assert sorted(TrainConfig().to_dict()) == before
