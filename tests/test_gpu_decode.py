@@ -36,7 +36,7 @@ from conftest import (LOADER_WORKERS, REPO, TESTS, TINY, TRAIN, add_damaged_file
                       records, run_script, script_env, traced, traced_samples)
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import Shard, read_image_uint8
-from imagenet_recipes.data import gpu_decode
+from imagenet_recipes.data import gpu_decode, gpu_resample
 from imagenet_recipes.data.folders import image_folders
 from imagenet_recipes.options import AugmentOptions, LoaderOptions, PlanOptions
 from imagenet_recipes.run_plan import plan_run
@@ -120,7 +120,7 @@ def test_crop_draw_is_the_pytorch_backends_crop_and_flip(tiny_imagefolder, torch
     assert flips == {True, False}
 
 
-@pytest.mark.parametrize("strip_rows", [gpu_decode._STRIP_ROWS, 50])
+@pytest.mark.parametrize("strip_rows", [gpu_resample._STRIP_ROWS, 50])
 @pytest.mark.parametrize("layout", ["CHW", "HWC", "both"])
 def test_one_roi_align_over_the_packed_batch_is_each_crop_resized_alone(strip_rows, layout,
                                                                         monkeypatch):
@@ -129,7 +129,7 @@ def test_one_roi_align_over_the_packed_batch_is_each_crop_resized_alone(strip_ro
     pytorch backend's crop-then-resize does); enlarged ones equal torch's bilinear resize.
     Images in CHW memory (TorchCodec, torchvision) and HWC (nvImageCodec), alone or mixed in
     one batch, are read where they lie."""
-    monkeypatch.setattr(gpu_decode, "_STRIP_ROWS", strip_rows)
+    monkeypatch.setattr(gpu_resample, "_STRIP_ROWS", strip_rows)
     g = torch.Generator().manual_seed(0)
     samples = []
     for i, (h, w) in enumerate([(40, 60), (72, 33), (17, 90), (64, 64), (30, 20)]):
@@ -138,9 +138,9 @@ def test_one_roi_align_over_the_packed_batch_is_each_crop_resized_alone(strip_ro
             image = image.permute(1, 2, 0).contiguous().permute(2, 0, 1)
         top, left = i % 3, (2 * i) % 5
         ch, cw = h - top - i, w - left - 1
-        samples.append(gpu_decode.Decoded(image, i, (top, left, ch, cw),
+        samples.append(gpu_resample.Decoded(image, i, (top, left, ch, cw),
                                           (0.0, 0.0, float(cw), float(ch)), i % 2 == 1))
-    out = gpu_decode.crop_resize(samples, 24, CPU)
+    out = gpu_resample.crop_resize(samples, 24, CPU)
     assert out.shape == (5, 3, 24, 24) and out.dtype == torch.float32
     for s, o in zip(samples, out):
         top, left, h, w = s.region
@@ -160,7 +160,7 @@ def test_the_validation_box_is_torchvisions_resize_then_centre_crop(height, widt
     """Sampled once per output pixel (plain bilinear), the box gives what Resize (without
     antialiasing) + CenterCrop give: the same sample positions, shrinking or enlarging."""
     image = torch.rand(1, 1, height, width) * 255
-    box = torch.tensor([[0.0, *gpu_decode.val_box(height, width, resize, crop)]])
+    box = torch.tensor([[0.0, *gpu_resample.val_box(height, width, resize, crop)]])
     scale = max(height, width) / min(height, width)
     out = roi_align(image, box, (crop, crop), 1.0, 1, True)[0]  # one sample: plain bilinear
     expected = TF.center_crop(TF.resize(image[0], [resize], antialias=False), [crop])
@@ -581,7 +581,7 @@ def test_one_large_image_does_not_widen_the_canvas_of_the_whole_batch(monkeypatc
     strips of 4,086 rows x 5,001 columns). Each sample is still its own region resampled
     alone, in its place in the batch."""
     canvases = []
-    pack = gpu_decode.pack_regions
+    pack = gpu_resample.pack_regions
 
     def measured(pixels, plan, rows):
         canvas = pack(pixels, plan, rows)
@@ -589,16 +589,16 @@ def test_one_large_image_does_not_widen_the_canvas_of_the_whole_batch(monkeypatc
         canvases.append((canvas.shape[0] * canvas.shape[2] * canvas.shape[3], padded))
         return canvas
 
-    monkeypatch.setattr(gpu_decode, "pack_regions", measured)
+    monkeypatch.setattr(gpu_resample, "pack_regions", measured)
     g = torch.Generator().manual_seed(1)
     samples = []
     for i in range(64):
         h, w = ((3000, 5000) if i == 17 else
                 tuple(int(x) for x in torch.randint(150, 451, (2,), generator=g)))
         image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=g)
-        samples.append(gpu_decode.Decoded(image, i, (0, 0, h, w), (0.0, 0.0, float(w), float(h)),
+        samples.append(gpu_resample.Decoded(image, i, (0, 0, h, w), (0.0, 0.0, float(w), float(h)),
                                           i % 2 == 0))
-    out = gpu_decode.crop_resize(samples, 32, CPU)
+    out = gpu_resample.crop_resize(samples, 32, CPU)
     assert len(canvases) >= 2
     for pixels, padded in canvases:
         assert pixels <= 3 * padded, canvases
@@ -618,13 +618,13 @@ def test_validation_resamples_only_the_pixels_its_centre_crop_reads():
     whole image; resampled from it, the box gives what it gives on the whole image."""
     image = torch.randint(0, 256, (3, 500, 375), dtype=torch.uint8,
                           generator=torch.Generator().manual_seed(2))
-    box = gpu_decode.val_box(500, 375, 256, 224)
-    (top, left, h, w), inner = gpu_decode.val_region(500, 375, box)
+    box = gpu_resample.val_box(500, 375, 256, 224)
+    (top, left, h, w), inner = gpu_resample.val_region(500, 375, box)
     assert h * w < 0.8 * 500 * 375
-    whole = gpu_decode.crop_resize([gpu_decode.Decoded(image, 0, (0, 0, 500, 375), box, False)],
+    whole = gpu_resample.crop_resize([gpu_resample.Decoded(image, 0, (0, 0, 500, 375), box, False)],
                                    224, CPU)
     cut = image[:, top:top + h, left:left + w]
-    region = gpu_decode.crop_resize([gpu_decode.Decoded(cut, 0, (0, 0, h, w), inner, False)],
+    region = gpu_resample.crop_resize([gpu_resample.Decoded(cut, 0, (0, 0, h, w), inner, False)],
                                     224, CPU)
     # the same sample positions, up to float32 rounding of the shifted box (a few 1e-5 px,
     # 0.013 levels here, on noise that changes by up to 255 levels per pixel)

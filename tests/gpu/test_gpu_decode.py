@@ -200,7 +200,7 @@ def test_gpu_decode_preparing_a_batch_waits_for_nothing_but_its_decoder(images, 
     synchronisation, and nvImageCodec's is made to wait for its stream (jpeg_decoders.py)."""
     need_decoder("nvimgcodec", "nvidia.nvimgcodec", WHY["nvidia.nvimgcodec"])
     from imagenet_recipes.config import parse_args
-    from imagenet_recipes.data import gpu_decode
+    from imagenet_recipes.data import gpu_resample
     from imagenet_recipes.data.host_batch import HostBatch
 
     cfg = parse_args(["-a", ARCH, "--image-size", "64", "-b", "16", "-j", "2", "--seed", "7",
@@ -218,7 +218,7 @@ def test_gpu_decode_preparing_a_batch_waits_for_nothing_but_its_decoder(images, 
             try:
                 stage = HostBatch(torch.device(DEVICE))
                 stage.add(torch.tensor([s.target for s in samples]))
-                batch, _ = gpu_decode.resample(samples, 64, stage)
+                batch, _ = gpu_resample.resample(samples, 64, stage)
                 train_loader.normalize(batch)
             finally:
                 if cuda:
