@@ -68,9 +68,26 @@ class Trainer:
 
     # === setup ===================================================================================
     def setup(self) -> None:
+        """Each part once what it needs is there: the process and its plan, the data, the
+        checkpoint (matched to the data's classes), the model and what trains it, the run dir."""
+        self._set_up_process()
+        self.train_loader, self.val_loader, self.num_classes = build_loaders(
+            LoaderOptions.of(self.cfg), self.strategy.data_shard(), self.device, self.plan)
+        resume_state = self._load_resume_state(self.num_classes)
+        self._build_training()
+        if resume_state:
+            self._restore(resume_state)
+        self.ema = self._build_ema(resume_state) if self.cfg.model_ema else None
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, self._on_stop_signal)
+        self._open_run_dir(resume_state)
+
+    def _set_up_process(self) -> None:
+        """The device, the run's plan (the world size is known from here on), the seed and
+        --deterministic; an input size the model cannot take is refused before any data."""
         cfg, strategy = self.cfg, self.strategy
         self.device = strategy.setup_environment()
-        too_small = input_size_refusal(cfg.arch, smallest_crop(AugmentOptions.of(cfg)))  # before reading any data
+        too_small = input_size_refusal(cfg.arch, smallest_crop(AugmentOptions.of(cfg)))
         if too_small:
             raise UsageError(too_small)
         self.plan = plan_run(PlanOptions.of(cfg), strategy.world_size, self.device.type)
@@ -83,10 +100,10 @@ class Trainer:
             make_deterministic()
         torch.backends.cudnn.benchmark = not cfg.deterministic
 
-        self.train_loader, self.val_loader, self.num_classes = build_loaders(
-            LoaderOptions.of(cfg), strategy.data_shard(), self.device, self.plan)
-        resume_state = self._load_resume_state(self.num_classes)
-
+    def _build_training(self) -> None:
+        """The model (converted, placed and wrapped by the strategy), its optimizer, the
+        optimizer steps of an epoch, the schedule over them, the loss and the batch mixer."""
+        cfg, strategy = self.cfg, self.strategy
         self.model = strategy.setup_module(build_model(cfg.arch, self.num_classes,
                                                        cfg.pretrained, cfg.zero_init_residual))
         self.optimizer = strategy.setup_optimizer(build_optimizer(
@@ -102,13 +119,6 @@ class Trainer:
                                          self.steps_per_epoch, self.plan.lr)
         self.criterion = build_criterion(LossOptions.of(cfg), self.num_classes)
         self.mixer = build_mixer(AugmentOptions.of(cfg), self.num_classes)
-        if resume_state:
-            self._restore(resume_state)
-        self.ema = self._build_ema(resume_state) if cfg.model_ema else None
-
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(signum, self._on_stop_signal)
-        self._open_run_dir(resume_state)
 
     def _load_resume_state(self, num_classes: int) -> Optional[dict]:
         strategy = self.strategy
@@ -148,7 +158,8 @@ class Trainer:
         self.epoch, self.step = state["epoch"], state["step"]
         # older checkpoints: counted in this run's global batch
         self.samples_seen = state.get("samples_seen", self.step * self.plan.global_batch)
-        self.resume_epoch_step = self._resume_step_in_epoch(state)
+        self.resume_epoch_step = lifecycle.resume_step_in_epoch(
+            state, self.plan, self.steps_per_epoch, self.strategy.world_size)
         set_position(self.scheduler, self.epoch * self.steps_per_epoch + self.resume_epoch_step)
         self.best = summary.Best(state.get("best_top1", 0.0), state.get("best_epoch"))
         self.best_ema = summary.Best(state.get("best_ema_top1", 0.0), state.get("best_ema_epoch"))
@@ -159,29 +170,6 @@ class Trainer:
         elif self.strategy.is_main():
             console(f"note: checkpoint has RNG states of {len(rng)} ranks, this run has "
                     f"{self.strategy.world_size}: RNG streams restart from --seed")
-
-    def _resume_step_in_epoch(self, state: dict) -> int:
-        """Where in its epoch a mid-epoch checkpoint stopped, in THIS run's optimizer steps.
-
-        The position is kept in global samples, so the sampler continues the same global order
-        whatever the number of processes; it must fall on a step boundary of this run."""
-        old = state.get("config", {})
-        old_world = state.get("world_size", 1)
-        old_batch = old.get("batch_size", self.plan.batch_size) * old_world * old.get(
-            "grad_accum", 1)
-        # Checkpoints written before the position was kept in samples hold only their steps.
-        done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
-        if done >= self.steps_per_epoch * self.plan.global_batch:
-            return self.steps_per_epoch  # stopped after the epoch's last step: validation is left
-        if done % self.plan.global_batch:
-            raise UsageError(
-                f"{state['path']} stopped mid-epoch after {done} samples of epoch "
-                f"{state['epoch']} (world size {old_world}, global batch {old_batch}); this run "
-                f"(world size {self.strategy.world_size}, global batch {self.plan.global_batch}) "
-                f"cannot continue exactly there, because {self.plan.global_batch} does not divide "
-                f"{done}. Resume with a global batch that does (-b x processes x --grad-accum), "
-                f"e.g. on {old_world} process(es), or from an end-of-epoch checkpoint")
-        return done // self.plan.global_batch
 
     def _run_prefix(self) -> str:
         return f"{self.entry}-{arch_slug(self.cfg.arch)}-"
@@ -292,8 +280,11 @@ class Trainer:
                            f"{load_command(self.cfg.arch, self.num_classes)})")
 
     def train_one_epoch(self) -> Dict[str, float]:
-        cfg, strategy = self.cfg, self.strategy
-        self.model = strategy.train_model()
+        """The epoch's optimizer steps (from where a mid-epoch checkpoint stopped): at each log
+        interval the interval's record and a stop signal's checkpoint, every --checkpoint-every
+        steps a checkpoint; then the epoch's record."""
+        cfg = self.cfg
+        self.model = self.strategy.train_model()
         start, self.resume_epoch_step = self.resume_epoch_step, 0
         self.train_loader.set_epoch(self.epoch, start_sample=start * self.plan.global_batch)
         interval = SumMeter(("loss", "correct1", "correct5"), self.device)
@@ -310,23 +301,35 @@ class Trainer:
             data_time, epoch_data_time = data_time + waited, epoch_data_time + waited
             for hook in self.step_hooks:  # an experiment's (TrainConfig.step_hooks)
                 hook(self.epoch, time.perf_counter() - step_start)
-
             done = epoch_step + 1
             if done % cfg.print_freq == 0 or done == self.steps_per_epoch:
-                # collective: every rank reaches this line
-                sums = interval.reduce(strategy.all_reduce_sum)
-                interval.reset()
-                for k, v in sums.items():
-                    epoch_sums[k] = epoch_sums.get(k, 0.0) + v
-                self._log_interval(sums, done - last_logged, watch.lap(), data_time, done)
+                self._end_interval(interval, epoch_sums, done - last_logged, watch.lap(),
+                                   data_time, done)
                 last_logged, data_time = done, 0.0
-                if self._stop_requested_anywhere():  # collective, at the same step everywhere
-                    self.save_checkpoint(False, epoch_step=done)
-                    raise Preempted(self.stop_signal)
             if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0
                     and done < self.steps_per_epoch):
                 self.save_checkpoint(False, epoch_step=done)
-        epoch_time = time.perf_counter() - epoch_start
+        return self._end_epoch(epoch_sums, time.perf_counter() - epoch_start, epoch_data_time)
+
+    def _end_interval(self, interval: SumMeter, epoch_sums: dict, steps: int, seconds: float,
+                      data_time: float, done: int) -> None:
+        """A log interval's end (collectives: every rank calls this at the same step): its sums
+        over the ranks join the epoch's, its record and line are written, and a stop signal
+        that reached any rank ends the run here with a mid-epoch checkpoint."""
+        sums = interval.reduce(self.strategy.all_reduce_sum)
+        interval.reset()
+        for k, v in sums.items():
+            epoch_sums[k] = epoch_sums.get(k, 0.0) + v
+        self._log_interval(sums, steps, seconds, data_time, done)
+        if self._stop_requested_anywhere():
+            self.save_checkpoint(False, epoch_step=done)
+            raise Preempted(self.stop_signal)
+
+    def _end_epoch(self, epoch_sums: dict, epoch_time: float,
+                   epoch_data_time: float) -> Dict[str, float]:
+        """The epoch's record and line, what the CPU decoded in the GPU decoder's place, and
+        (once a run) how long the steps waited for data."""
+        cfg, strategy = self.cfg, self.strategy
         stats = summarize(epoch_sums)
         img_s = stats["count"] / epoch_time
         decoded = self._cpu_decoded(self.train_loader)
@@ -352,8 +355,8 @@ class Trainer:
     def train_step(self, batches: Iterator, meter: SumMeter) -> float:
         """One optimizer step: --grad-accum micro-batches (gradient sync on the last only), the
         model's forward (in its precision) and the strategy's backward, the optimizer step and
-        the schedule. Adds the
-        micro-batches' loss and hits to `meter`; returns the seconds spent waiting for data."""
+        the schedule. Adds the micro-batches' loss and hits to `meter`; returns the seconds
+        spent waiting for data."""
         strategy, accumulate = self.strategy, self.plan.grad_accum
         data_time = 0.0
         for micro in range(accumulate):

@@ -135,3 +135,27 @@ def say_from_signal_handler(text: str) -> None:
     raises "reentrant call inside <_io.BufferedWriter name='<stdout>'>" (seen: a preempted run
     failing instead of checkpointing). os.write goes around the buffer."""
     os.write(sys.stdout.fileno(), (text + "\n").encode())
+
+
+def resume_step_in_epoch(state: dict, plan, steps_per_epoch: int, world_size: int) -> int:
+    """Where in its epoch the checkpoint `state` stopped, in optimizer steps of this run (its
+    run_plan.RunPlan `plan` on `world_size` processes).
+
+    The position is kept in global samples, so the sampler continues the same global order
+    whatever the number of processes; it must fall on a step boundary of this run."""
+    old = state.get("config", {})
+    old_world = state.get("world_size", 1)
+    old_batch = old.get("batch_size", plan.batch_size) * old_world * old.get("grad_accum", 1)
+    # Checkpoints written before the position was kept in samples hold only their steps.
+    done = state.get("epoch_samples", state.get("epoch_step", 0) * old_batch)
+    if done >= steps_per_epoch * plan.global_batch:
+        return steps_per_epoch  # stopped after the epoch's last step: validation is left
+    if done % plan.global_batch:
+        raise UsageError(
+            f"{state['path']} stopped mid-epoch after {done} samples of epoch "
+            f"{state['epoch']} (world size {old_world}, global batch {old_batch}); this run "
+            f"(world size {world_size}, global batch {plan.global_batch}) cannot continue "
+            f"exactly there, because {plan.global_batch} does not divide {done}. Resume with "
+            "a global batch that does (-b x processes x --grad-accum), e.g. on "
+            f"{old_world} process(es), or from an end-of-epoch checkpoint")
+    return done // plan.global_batch
