@@ -61,10 +61,11 @@ def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
 @pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def validated_on_one(tiny_imagefolder, tmp_path_factory):
     """validated_on_one(backend) -> (evaluation arguments, the `val` record of one process):
-    one trained checkpoint, validated once per backend by one process (made once, shared)."""
+    one trained checkpoint (2 epochs of 1 step: validate.logdir / "trained"), validated once
+    per backend by one process (made once, shared)."""
     logdir = tmp_path_factory.mktemp("validated_on_one")
-    run_script("nd.py", TINY + ["-b", "16", "--epochs", "1", "--logdir", logdir,
-                                "--run-name", "trained", tiny_imagefolder])
+    run_script("nd.py", TINY + ["-b", "16", "--steps-per-epoch", "1", "--epochs", "2",
+                                "--logdir", logdir, "--run-name", "trained", tiny_imagefolder])
     done = {}
 
     def validate(backend: str):
@@ -75,6 +76,7 @@ def validated_on_one(tiny_imagefolder, tmp_path_factory):
                                             tiny_imagefolder])
             done[backend] = evaluate, records(logdir / f"val1-{backend}", "val")[0]
         return done[backend]
+    validate.logdir = logdir
     return validate
 
 
@@ -98,16 +100,17 @@ def test_distributed_validation_is_exact(validated_on_one, tiny_imagefolder, tmp
 
 
 @pytest.mark.slow
-def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(tiny_imagefolder, tmp_path):
+@pytest.mark.xdist_group("validated-on-one")  # the fixture's run, trained once
+def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(validated_on_one, tiny_imagefolder,
+                                                            tmp_path):
     """`-e --resume RUN_DIR` evaluates that run's newest checkpoint, says which epoch's weights
     they are (the training run's numbering), and measures what the run measured then."""
-    common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path]
-    run_script("nd.py", common + ["--epochs", "2", "--run-name", "trained", tiny_imagefolder])
-    proc = run_script("nd.py", common + ["-e", "--resume", tmp_path / "trained",
-                                         "--run-name", "eval", tiny_imagefolder])
-    assert f"evaluating {tmp_path / 'trained' / 'checkpoint.pth'}: the weights of epoch 1 " \
+    run = validated_on_one.logdir / "trained"
+    proc = run_script("nd.py", TINY + ["-b", "16", "-e", "--resume", run, "--logdir", tmp_path,
+                                       "--run-name", "eval", tiny_imagefolder])
+    assert f"evaluating {run / 'checkpoint.pth'}: the weights of epoch 1 " \
            "(step 2)" in proc.stdout, proc.stdout
-    trained, evaluated = records(tmp_path / "trained", "val")[-1], records(tmp_path / "eval", "val")[0]
+    trained, evaluated = records(run, "val")[-1], records(tmp_path / "eval", "val")[0]
     assert (evaluated["epoch"], evaluated["step"]) == (trained["epoch"], trained["step"]) == (1, 2)
     assert evaluated["top1"] == trained["top1"] and evaluated["count"] == 20
     assert evaluated["loss"] == pytest.approx(trained["loss"], rel=1e-5)
