@@ -24,7 +24,7 @@ from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
-from .options import RuleOptions
+from .options import RuleOptions, WorkerOptions
 from .worker import Worker, WorkerStopped
 
 def rank_and_world() -> tuple:
@@ -163,7 +163,8 @@ def run_shard_server(cfg: PSConfig, index: int, workers: int) -> int:
 
 def run_worker(cfg: PSConfig, rank: int, workers: int) -> int:
     worker_index = rank - cfg.num_servers + 1  # workers are numbered 1..N
-    worker = Worker(cfg, worker_index, workers)
+    worker = Worker(WorkerOptions.of(cfg), worker_index, workers,
+                    cfg.step_hooks(worker_index - 1, workers, "workers"))
     rpc.init_rpc(wire.worker_name(worker_index), rank=rank,
                  world_size=cfg.num_servers + workers, rpc_backend_options=_rpc_options(cfg))
     try:

@@ -1,12 +1,13 @@
 """The parameter server's own options (--mode, --num-servers, --split, ...), one frozen section
-beside the engine's (options/), and the bundle an update rule reads."""
+beside the engine's (options/), and the bundles an update rule and a worker read."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import UsageError
-from ..options import BatchOptions, OptimizerOptions, Section, opt
+from ..options import (BatchOptions, LoaderOptions, LossOptions, ModelOptions, OptimizerOptions,
+                       PlanOptions, RunOptions, Section, StrategyOptions, opt)
 from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
@@ -122,3 +123,27 @@ class RuleOptions:
     def of(cls, values: Any) -> "RuleOptions":
         return cls(ParameterServerOptions.of(values), OptimizerOptions.of(values),
                    BatchOptions.of(values).batch_size)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What a worker (worker.py) reads: its update rule's options (the parameter server's
+    section among them), its device and precision, its loader's and plan's options, and the
+    model, the loss and the run settings (seed, --deterministic, --steps-per-epoch)."""
+    rule: RuleOptions
+    strategy: StrategyOptions
+    loader: LoaderOptions
+    plan: PlanOptions
+    model: ModelOptions
+    loss: LossOptions
+    run: RunOptions
+
+    @classmethod
+    def of(cls, values: Any) -> "WorkerOptions":
+        return cls(RuleOptions.of(values), StrategyOptions.of(values), LoaderOptions.of(values),
+                   PlanOptions.of(values), ModelOptions.of(values), LossOptions.of(values),
+                   RunOptions.of(values))
+
+    @property
+    def ps(self) -> ParameterServerOptions:
+        return self.rule.ps

@@ -28,13 +28,13 @@ from .. import lifecycle
 from ..data import Shard, build_loaders
 from ..metrics import correct_topk
 from ..models import build_model
-from ..options import LoaderOptions, PlanOptions
+from ..options import StrategyOptions
 from ..precision import Precision
 from ..run_plan import plan_as_given
 from ..strategies.base import Strategy
 from . import server as srv
 from . import shards, wire
-from .options import RuleOptions
+from .options import WorkerOptions
 from .update_rules import ESYNC_AVERAGES, esync_local_optimizer
 
 
@@ -75,47 +75,52 @@ class WorkerStrategy(Strategy):
 
     name = "ps"
 
-    def __init__(self, cfg, worker: int, gpu: int):
-        super().__init__(Precision.from_config(cfg), device=cfg.device)
+    def __init__(self, options: StrategyOptions, worker: int, gpu: int):
+        super().__init__(Precision.from_config(options.precision),
+                         device=options.distribution.device)
         self.rank, self.local_rank = worker - 1, gpu
 
 
 class Worker:
-    def __init__(self, cfg, worker: int, workers: int):
-        self.cfg, self.worker, self.workers = cfg, worker, workers
-        self.step_hooks = cfg.step_hooks(worker - 1, workers, "workers")
+    def __init__(self, options: WorkerOptions, worker: int, workers: int, step_hooks):
+        """Worker `worker` of `workers` (numbered from 1); `step_hooks`: what runs after each of
+        its steps (the run config's step_hooks for it: an experiment's emulated slowdown)."""
+        self.options, self.worker, self.workers = options, worker, workers
+        self.ps = ps = options.ps
+        self.step_hooks = step_hooks
         # The servers (ranks 0..K-1) train nothing: workers take the GPUs from the first one.
-        servers = cfg.num_servers
+        servers = ps.num_servers
         local_rank = int(os.environ.get("LOCAL_RANK", servers + worker - 1))
         gpu = ((local_rank - servers) % torch.cuda.device_count() if torch.cuda.is_available()
                else 0)
         # setup_environment makes the worker's GPU the current one, as for the engine's
         # strategies: otherwise pinned memory and every worker's first CUDA call open a
         # context on GPU 0.
-        self.strategy = WorkerStrategy(cfg, worker, gpu)
+        self.strategy = WorkerStrategy(options.strategy, worker, gpu)
         self.device = self.strategy.setup_environment()
-        plan = plan_as_given(PlanOptions.of(cfg), workers, self.device.type)
+        plan = plan_as_given(options.plan, workers, self.device.type)
         self.strategy.follow(plan)
-        torch.backends.cudnn.benchmark = not cfg.deterministic
+        run = options.run
+        torch.backends.cudnn.benchmark = not run.deterministic
         self.loader, _, self.num_classes = build_loaders(
-            LoaderOptions.of(cfg), worker_shard(worker - 1, workers, cfg.split), self.device, plan)
+            options.loader, worker_shard(worker - 1, workers, ps.split), self.device, plan)
         self.steps_per_epoch = len(self.loader)
-        if cfg.steps_per_epoch:
-            self.steps_per_epoch = min(self.steps_per_epoch, cfg.steps_per_epoch)
-        torch.manual_seed((cfg.seed or 0) + worker)  # weights are replaced by the first pull
-        self.strategy.setup_module(build_model(cfg.arch, self.num_classes))
+        if run.steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, run.steps_per_epoch)
+        torch.manual_seed((run.seed or 0) + worker)  # weights are replaced by the first pull
+        self.strategy.setup_module(build_model(options.model.arch, self.num_classes))
         self.model = self.strategy.train_model()  # called in its precision
         self.module = self.strategy.module  # the bare model: what the servers' tensors load into
         # What the optimizer steps (O2: the fp32 masters), in the model's parameter order.
         self.trained = [p for _, p in self.strategy.named_optimizer_params()]
-        self.optimizer = (esync_local_optimizer(self.trained, RuleOptions.of(cfg))
-                          if cfg.mode == "esync"
+        self.optimizer = (esync_local_optimizer(self.trained, options.rule)
+                          if ps.mode == "esync"
                           else GradientCapture(self.trained))
-        self.push_dtype = None if cfg.push_dtype == "auto" else getattr(torch, cfg.push_dtype)
-        self.shards = shards.model_shards(self.trained, cfg.num_servers)  # as the servers'
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-        self.bytes_pushed = [0] * cfg.num_servers  # per server
-        self.bytes_pulled = [0] * cfg.num_servers
+        self.push_dtype = None if ps.push_dtype == "auto" else getattr(torch, ps.push_dtype)
+        self.shards = shards.model_shards(self.trained, ps.num_servers)  # as the servers'
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=options.loss.label_smoothing)
+        self.bytes_pushed = [0] * ps.num_servers  # per server
+        self.bytes_pulled = [0] * ps.num_servers
         self.lr_multiplier = 1.0  # the schedule's, as the coordinator last said
         self.step = 0  # the server step of the weights this worker holds
         self.epoch = 0  # of this worker's shard (what the step hooks are told)
@@ -131,7 +136,7 @@ class Worker:
             self.loader.set_epoch(epoch, skip)
             self.epoch = epoch
             batches = iter(self.loader)
-            steps = self.steps_per_epoch - skip // (self.cfg.batch_size * self.workers)
+            steps = self.steps_per_epoch - skip // (self.options.rule.batch_size * self.workers)
             for _ in range(min(steps, len(self.loader))):
                 t = time.perf_counter()
                 images, targets = next(batches)
@@ -247,7 +252,7 @@ class Worker:
         control = self._take(self._call(srv.register, self.worker, self.steps_per_epoch))
         self.first_epoch, self.first_epoch_samples = control["epoch"], control["epoch_samples"]
         loop = {"sync": self._gradient_loop, "async": self._gradient_loop,
-                "esync": self._esync_loop}[self.cfg.mode]
+                "esync": self._esync_loop}[self.ps.mode]
         if not control["stop"]:
             loop()
         self.leave()
@@ -272,7 +277,7 @@ class Worker:
             pass
 
     def _gradient_loop(self) -> None:
-        fn = srv.push_round if self.cfg.mode == "sync" else srv.push_async
+        fn = srv.push_round if self.ps.mode == "sync" else srv.push_async
         comm = wait = 0.0  # of the previous push, reported with the next one
         for images, targets, data_time in self._batches():
             self.optimizer.captured = None
@@ -313,7 +318,7 @@ class Worker:
                 totals["data_time"] += data_time
                 local_steps += 1
             with torch.no_grad():
-                delta = ESYNC_AVERAGES[self.cfg.esync_average].pushed_delta(
+                delta = ESYNC_AVERAGES[self.ps.esync_average].pushed_delta(
                     [p.detach().cpu() - p0 for p, p0 in zip(self.trained, start_params)],
                     local_steps)
             totals.update(local_steps=local_steps, comm_time=comm, wait_time=wait)
