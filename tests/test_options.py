@@ -125,10 +125,8 @@ def test_a_backends_own_options_are_accepted_with_it_and_a_presets_are_defaults(
 # --- who holds the whole config ---------------------------------------------------------------
 # The composers build the parts from the whole config (config and ps.config define the two whole
 # configs, the engine's and the parameter server's); every other product module takes its
-# section (or plain values). NOT_YET: the modules that still take the whole config, each to move
-# to its section; the test fails when one moves and stays listed, so the list only shrinks.
+# section, a bundle of sections (ps/options.py's ServerOptions, ...) or plain values.
 COMPOSERS = {"config", "ps.config", "cli", "engine", "lifecycle", "ps.main"}
-NOT_YET = {"ps.server"}
 WHOLE = {"TrainConfig", "PSConfig"}
 
 
@@ -148,7 +146,7 @@ def _takes_the_whole_config(tree: ast.Module) -> bool:
     return False
 
 
-def test_only_the_composers_and_the_listed_modules_take_the_whole_config():
+def test_only_the_composers_take_the_whole_config():
     package = Path(imagenet_recipes.__file__).parent
     holders = set()
     for path in package.rglob("*.py"):
@@ -158,7 +156,7 @@ def test_only_the_composers_and_the_listed_modules_take_the_whole_config():
             continue  # the tools and experiments compose runs of their own
         if _takes_the_whole_config(ast.parse(path.read_text())):
             holders.add(module)
-    assert holders - COMPOSERS == NOT_YET
+    assert holders - COMPOSERS == set()
     planted = ast.parse("def build(cfg, n): pass\n")
     assert _takes_the_whole_config(planted)
     assert not _takes_the_whole_config(ast.parse("def build(cfg: AugmentOptions): pass\n"))

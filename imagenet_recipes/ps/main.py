@@ -24,7 +24,7 @@ from ..run_plan import plan_as_given
 from ..strategies.base import pick_device
 from . import evaluator, server as srv, shards, wire
 from .config import PSConfig
-from .options import RuleOptions, WorkerOptions
+from .options import RuleOptions, ServerOptions, WorkerOptions
 from .worker import Worker, WorkerStopped
 
 def rank_and_world() -> tuple:
@@ -93,8 +93,8 @@ def run_server(cfg: PSConfig, workers: int, entry: str) -> int:
                                        mode=cfg.mode)
     run_dir = lifecycle.run_directory(cfg, prefix, resume_state)
     log = lifecycle.open_log(run_dir, cfg, is_main=True)
-    server = srv.ParameterServer(cfg, model, num_classes, workers, val_loader, device, log,
-                                 run_dir)
+    server = srv.ParameterServer(ServerOptions.of(cfg), cfg.to_dict(), model, num_classes,
+                                 workers, val_loader, device, log, run_dir)
     if resume_state:
         server.restore(resume_state)
     srv._SERVER = server  # before RPC starts: workers call in as soon as it has

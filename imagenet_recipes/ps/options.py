@@ -1,13 +1,14 @@
 """The parameter server's own options (--mode, --num-servers, --split, ...), one frozen section
-beside the engine's (options/), and the bundles an update rule and a worker read."""
+beside the engine's (options/), and the bundles an update rule, a worker and the server read."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import UsageError
-from ..options import (BatchOptions, LoaderOptions, LossOptions, ModelOptions, OptimizerOptions,
-                       PlanOptions, RunOptions, Section, StrategyOptions, opt)
+from ..options import (BatchOptions, DistributionOptions, LoaderOptions, LossOptions, ModelOptions,
+                       OptimizerOptions, PlanOptions, RunOptions, ScheduleOptions, Section,
+                       StrategyOptions, opt)
 from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
@@ -147,3 +148,29 @@ class WorkerOptions:
     @property
     def ps(self) -> ParameterServerOptions:
         return self.rule.ps
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What the server (server.py) reads: its update rule's options (the parameter server's
+    section and the planned -b among them), the lr schedule and --epochs, the model's name,
+    the run's intervals and stop (--print-freq, --checkpoint-every, --desired-acc) and
+    --dist-timeout, after which a silent worker is probed."""
+    rule: RuleOptions
+    schedule: ScheduleOptions
+    model: ModelOptions
+    run: RunOptions
+    distribution: DistributionOptions
+
+    @classmethod
+    def of(cls, values: Any) -> "ServerOptions":
+        return cls(RuleOptions.of(values), ScheduleOptions.of(values), ModelOptions.of(values),
+                   RunOptions.of(values), DistributionOptions.of(values))
+
+    @property
+    def ps(self) -> ParameterServerOptions:
+        return self.rule.ps
+
+    @property
+    def batch_size(self) -> int:
+        return self.rule.batch_size

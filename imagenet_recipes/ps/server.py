@@ -29,7 +29,7 @@ from . import shards, wire
 from .evaluator import BackgroundJobs
 from .monitor import PROBE_AFTER_S, FailureMonitor
 from .state_service import EsyncStateService
-from .options import RuleOptions
+from .options import ServerOptions
 from .update_rules import make_rule
 
 _SERVER: Optional["ParameterServer"] = None  # this process's server, for the RPC entry points
@@ -97,13 +97,16 @@ class _Interval:
 
 
 class ParameterServer:
-    def __init__(self, cfg, model: nn.Module, num_classes: int, workers: int, val_loader,
-                 eval_device: torch.device, log: RunLog, run_dir: Path):
-        self.cfg, self.mode, self.workers = cfg, cfg.mode, workers
+    def __init__(self, options: ServerOptions, config_record: dict, model: nn.Module,
+                 num_classes: int, workers: int, val_loader, eval_device: torch.device,
+                 log: RunLog, run_dir: Path):
+        """`config_record`: the run's config as planned (flat), kept in each checkpoint."""
+        self.options, self.config_record = options, config_record
+        self.mode, self.workers = options.ps.mode, workers
         self.model, self.num_classes = model, num_classes
         self.params, self.bufs = wire.parameters(model), wire.buffers(model)
         # --num-servers: this server updates shard 0; servers 1..K-1 the others (shards.py).
-        self.shards = shards.model_shards(self.params, cfg.num_servers)
+        self.shards = shards.model_shards(self.params, options.ps.num_servers)
         self.own = shards.pick(self.params, self.shards[0])
         self._restored_optimizer: dict = {}  # the whole model's, for the other shards
         self.val_loader, self.eval_device, self.log, self.run_dir = (
@@ -125,10 +128,10 @@ class ParameterServer:
         self.said_goodbye: set = set()
         self.last_contact = {w: time.monotonic() for w in self.live}
 
-        self.rule = make_rule(RuleOptions.of(cfg), self.own, workers)
+        self.rule = make_rule(options.rule, self.own, workers)
         self.base_lr = self.rule.base_lr
-        self.state_service = EsyncStateService(workers, cfg.max_local_steps, cfg.esync_rule,
-                                               cfg.esync_epsilon)
+        self.state_service = EsyncStateService(workers, options.ps.max_local_steps,
+                                               options.ps.esync_rule, options.ps.esync_epsilon)
 
         self._registered: Dict[int, int] = {}
         self._register_futures: List[torch.futures.Future] = []
@@ -151,17 +154,17 @@ class ParameterServer:
             if len(self._registered) < self.workers:
                 return future
             # One epoch = every worker through its own shard once (with -b per worker).
-            self.samples_per_epoch = sum(self._registered.values()) * self.cfg.batch_size
+            self.samples_per_epoch = sum(self._registered.values()) * self.options.batch_size
             # The schedule counts sync-sized steps (N batches), whatever the mode.
-            self.schedule = LrMultiplier(self.cfg, max(1, self.samples_per_epoch // (
-                self.cfg.batch_size * self.workers)), self.base_lr)
+            self.schedule = LrMultiplier(self.options.schedule, max(1, self.samples_per_epoch // (
+                self.options.batch_size * self.workers)), self.base_lr)
             if self._resumed_at is not None:
                 # The checkpoint's epoch and position in it, not its sample count divided by
                 # this run's epoch length: another number of workers gives another length.
                 epoch, into = self._resumed_at
                 self.samples = epoch * self.samples_per_epoch + min(into, self.samples_per_epoch)
-            self.epoch = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
-            if self.epoch >= self.cfg.epochs:
+            self.epoch = min(self.samples // self.samples_per_epoch, self.options.schedule.epochs)
+            if self.epoch >= self.options.schedule.epochs:
                 self.stop_reason = "finished"  # resumed a run that had already ended
             self._resume_position = self._position_to_resume_at()
             self._interval = _Interval(self.workers)
@@ -169,7 +172,7 @@ class ParameterServer:
             self._epoch_metrics = {k: 0.0 for k in self._interval.metrics}
             self.log.restart_clock()
             self._train_t0 = time.monotonic()
-            self.clock = RunClock(total=self.cfg.epochs * self.samples_per_epoch)
+            self.clock = RunClock(total=self.options.schedule.epochs * self.samples_per_epoch)
             self.clock.start(done=self.samples)
             self._load_shards()
             reply = self._reply(everything=True, epoch_samples=self._resume_position)
@@ -187,20 +190,20 @@ class ParameterServer:
         global order is done: they (and a sync run whose rounds no longer fit) read the epoch
         again from its start."""
         into = self.samples - self.epoch * self.samples_per_epoch
-        if into <= 0 or self.epoch >= self.cfg.epochs:
+        if into <= 0 or self.epoch >= self.options.schedule.epochs:
             return 0
-        round_size = self.cfg.batch_size * self.workers
-        if self.mode == "sync" and self.cfg.split == "iid" and into % round_size == 0:
+        round_size = self.options.batch_size * self.workers
+        if self.mode == "sync" and self.options.ps.split == "iid" and into % round_size == 0:
             return into
         self.log.print(f"note: resumed inside epoch {self.epoch} after {into} samples; --mode "
-                       f"{self.mode} (--split {self.cfg.split}, rounds of {round_size}) cannot "
+                       f"{self.mode} (--split {self.options.ps.split}, rounds of {round_size}) cannot "
                        "continue that epoch's order exactly, so the workers read it again from "
                        "its start")
         self.samples = self.epoch * self.samples_per_epoch  # the whole epoch is still to come
         return 0
 
     def _lr_multiplier(self) -> float:
-        return self.schedule(self.samples // (self.cfg.batch_size * self.workers))
+        return self.schedule(self.samples // (self.options.batch_size * self.workers))
 
     def _load_shards(self) -> None:
         """Give servers 1..K-1 their shards: the initial or restored weights and optimizer
@@ -290,19 +293,19 @@ class ParameterServer:
 
     # --- after every update: epochs, logging, evaluation, checkpoints, the end --------------------
     def _after_update(self) -> None:
-        cfg = self.cfg
+        ps, run, epochs = self.options.ps, self.options.run, self.options.schedule.epochs
         self.step += 1
         self._interval.updates += 1
-        if self._interval.updates >= cfg.print_freq:
+        if self._interval.updates >= run.print_freq:
             self._log_interval()
-        epoch_now = min(self.samples // self.samples_per_epoch, cfg.epochs)
+        epoch_now = min(self.samples // self.samples_per_epoch, epochs)
         while self.epoch < epoch_now:
             self._end_epoch()
-        if cfg.eval_every > 0 and self.step % cfg.eval_every == 0:
+        if ps.eval_every > 0 and self.step % ps.eval_every == 0:
             self._submit_eval(checkpoint_after=False)
-        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+        if run.checkpoint_every and self.step % run.checkpoint_every == 0:
             self._submit_checkpoint(is_best=False)
-        if self.epoch >= cfg.epochs and self.stop_reason is None:
+        if self.epoch >= epochs and self.stop_reason is None:
             self.stop_reason = "finished"
         if self.stop_signal and self.stop_reason is None:
             self.stop_reason = f"preempted by {self.stop_signal}"
@@ -363,7 +366,7 @@ class ParameterServer:
                            f"update's samples covered it whole)  {now - started:.1f}s")
         self._epoch_started = now
         self._epoch_metrics = {k: 0.0 for k in self._epoch_metrics}
-        if self.cfg.eval_every == 0:
+        if self.options.ps.eval_every == 0:
             self._submit_eval(checkpoint_after=True)
         else:
             self._submit_checkpoint(is_best=False)
@@ -391,13 +394,13 @@ class ParameterServer:
         pending = [rpc.rpc_async(wire.server_name(k), shards.shard_state, args=(as_of,))
                    for k in range(1, len(self.shards))]
         # "epoch": epochs completed, as in the engine's checkpoints
-        completed = min(self.samples // self.samples_per_epoch, self.cfg.epochs)
-        return {"arch": self.cfg.arch, "num_classes": self.num_classes, "model": state,
+        completed = min(self.samples // self.samples_per_epoch, self.options.schedule.epochs)
+        return {"arch": self.options.model.arch, "num_classes": self.num_classes, "model": state,
                 "optimizer": wire.clone_nested(self.rule.state_dict()), "_shards": pending,
                 "epoch": completed, "epoch_step": 0,
                 "epoch_samples": self.samples - completed * self.samples_per_epoch,
                 "step": self.step, "samples": self.samples, "mode": self.mode,
-                "world_size": self.workers + len(self.shards), "config": self.cfg.to_dict()}
+                "world_size": self.workers + len(self.shards), "config": self.config_record}
 
     def _complete(self, state: dict) -> dict:
         """The whole model and optimizer state: the other servers' shards filled in."""
@@ -431,7 +434,7 @@ class ParameterServer:
         state = self._complete(state)
         if self._eval_model is None:
             from ..models import build_model
-            self._eval_model = build_model(self.cfg.arch, self.num_classes).to(self.eval_device)
+            self._eval_model = build_model(self.options.model.arch, self.num_classes).to(self.eval_device)
         self._eval_model.load_state_dict(state["model"])
         # the evaluation copy is a float32 model, whatever precision the server trains in
         stats = evaluate(self._eval_model, self.val_loader, self.eval_device,
@@ -446,10 +449,10 @@ class ParameterServer:
                        f"images, {stats['seconds']:.1f}s)  best top1 {self.best_top1:.3f}")
         if checkpoint_after:
             self._write_checkpoint(state, is_best)
-        if self.cfg.desired_acc is not None and stats["top1"] >= self.cfg.desired_acc:
+        if self.options.run.desired_acc is not None and stats["top1"] >= self.options.run.desired_acc:
             with self.lock:
                 if self.stop_reason is None:
-                    self.stop_reason = f"reached --desired-acc {self.cfg.desired_acc}"
+                    self.stop_reason = f"reached --desired-acc {self.options.run.desired_acc}"
 
     def _write_checkpoint(self, state: dict, is_best: bool) -> None:
         start = time.perf_counter()
@@ -474,7 +477,7 @@ class ParameterServer:
             self.finished.set()
 
     def failure_monitor(self) -> FailureMonitor:
-        return FailureMonitor(self._suspects, self._lose, self.finished, self.cfg.dist_timeout)
+        return FailureMonitor(self._suspects, self._lose, self.finished, self.options.distribution.dist_timeout)
 
     def _suspects(self) -> Tuple[List[int], float]:
         """The workers this server waits on now, and for how long it has waited."""
