@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import UsageError
 from ..options import (BatchOptions, DistributionOptions, LoaderOptions, LossOptions, ModelOptions,
                        OptimizerOptions, PlanOptions, RunOptions, ScheduleOptions, Section,
                        StrategyOptions, opt)
+from ..options.fields import NOT_NEGATIVE, POSITIVE, Bound
 from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
@@ -33,7 +33,7 @@ class ParameterServerOptions(Section):
         PARAMETER_SERVER, "--num-servers",
         help="server processes (ranks 0..K-1) holding the parameters in K shards balanced by "
              "size; rank 0 also keeps the counters, BatchNorm buffers, logs, evaluations and "
-             "checkpoints. The other ranks are workers"))
+             "checkpoints. The other ranks are workers", bound=Bound(low=1)))
     rpc_transport: str = field(default="uv", metadata=opt(
         PARAMETER_SERVER, "--rpc-transport", choices=RPC_TRANSPORTS,
         help="uv: TCP through libuv, idle while it waits; tensorpipe: TensorPipe's own choice, "
@@ -51,16 +51,16 @@ class ParameterServerOptions(Section):
     eval_every: int = field(default=0, metadata=opt(
         PARAMETER_SERVER, "--eval-every",
         help="validate on the server every N server updates (0: once per epoch; -1: never, "
-             "leave it to `--evaluator`)"))
+             "leave it to `--evaluator`)", bound=Bound(low=-1)))
     global_lr: float = field(default=1.0, metadata=opt(
         PARAMETER_SERVER, "--global-lr", help="esync: scale of the averaged model delta on "
-                                              "the server"))
+                                              "the server", bound=POSITIVE))
     local_lr: Optional[float] = field(default=None, metadata=opt(
         PARAMETER_SERVER, "--local-lr",
-        help="esync: workers' local SGD lr (default: --lr scaled by -b / 256)"))
+        help="esync: workers' local SGD lr (default: --lr scaled by -b / 256)", bound=POSITIVE))
     max_local_steps: int = field(default=32, metadata=opt(
         PARAMETER_SERVER, "--max-local-steps", help="esync: cap on a worker's local steps in "
-                                                    "one round"))
+                                                    "one round", bound=Bound(low=1)))
     esync_rule: str = field(default="reference", metadata=opt(
         PARAMETER_SERVER, "--esync-rule", choices=ESYNC_RULES,
         help="esync: when a worker stops stepping locally. reference: the ESync authors' rule, "
@@ -71,11 +71,11 @@ class ParameterServerOptions(Section):
         PARAMETER_SERVER, "--esync-epsilon",
         help="esync, reference rule: safety margin in seconds (the authors' 0.5 s suits steps "
              "of seconds; with shorter steps use about one fast step or less, or every fast "
-             "worker stops after one step)"))
+             "worker stops after one step)", bound=NOT_NEGATIVE))
     local_momentum: Optional[float] = field(default=None, metadata=opt(
         PARAMETER_SERVER, "--local-momentum",
         help="esync: momentum of the workers' local SGD (default: --momentum; the authors' "
-             "code uses 0)"))
+             "code uses 0)", bound=Bound(low=0, high=1, high_open=True)))
     esync_average: str = field(default="mean", metadata=opt(
         PARAMETER_SERVER, "--esync-average", choices=ESYNC_AVERAGE_NAMES,
         help="esync: how the server averages the workers' deltas. mean: their plain mean (the "
@@ -95,21 +95,6 @@ class ParameterServerOptions(Section):
     evaluator_idle_timeout: float = field(default=600.0, metadata=opt(
         PARAMETER_SERVER, "--evaluator-idle-timeout",
         help="evaluator mode: stop after this many seconds without a new checkpoint"))
-
-    @classmethod
-    def rules(cls, values) -> None:
-        if values.eval_every < -1:
-            raise UsageError("--eval-every must be >= -1")
-        if values.global_lr <= 0 or (values.local_lr is not None and values.local_lr <= 0):
-            raise UsageError("--global-lr and --local-lr must be > 0")
-        if values.num_servers < 1:
-            raise UsageError("--num-servers must be >= 1")
-        if values.max_local_steps < 1:
-            raise UsageError("--max-local-steps must be >= 1")
-        if values.esync_epsilon < 0:
-            raise UsageError("--esync-epsilon must be >= 0 (seconds)")
-        if values.local_momentum is not None and not 0 <= values.local_momentum < 1:
-            raise UsageError("--local-momentum must be in [0, 1)")
 
 
 @dataclass(frozen=True)
