@@ -161,11 +161,11 @@ class DaliLoader:
         self.fn, self.types, self.pipeline_def, self.Iterator, self.LastBatchPolicy = (
             import_dali())
         self.samples, self.train, self.device = samples, train, device
-        self.augment_options, self.steps_per_epoch = options.augment, options.steps_per_epoch
+        self.augment, self.steps_per_epoch = options.augment, options.steps_per_epoch
         # dali-gpu's own section; dali-cpu has none, and its CPU decoder takes no such setting
         own = options.own or DaliOptions()
         self.hw_decoder_load = own.dali_hw_decoder_load
-        self.decoder, self.augment, self.device_id = dali_placement(options.backend, device)
+        self.decoder, self.augment_device, self.device_id = dali_placement(options.backend, device)
         self.rank, world = shard.rank, shard.world_size
         self.batch_size, self.threads, self.epoch = plan.batch_size, threads, 0
         self.grad_accum = plan.grad_accum
@@ -228,7 +228,7 @@ class DaliLoader:
     def pipeline(self):
         """The DALI pipeline of this split: the external source's files read, decoded and
         augmented, all in DALI's threads."""
-        fn, types, augment = self.fn, self.types, self.augment_options
+        fn, types, augment = self.fn, self.types, self.augment
         size = self._crop() or augment.image_size
         val_resize, val_crop = val_sizes(augment)
         seed = sample_seed(self.seed, self.epoch, self.rank) % (2 ** 31)  # per rank
@@ -285,7 +285,7 @@ class DaliLoader:
         self._resume_from = state
 
     def _to_augment_device(self, images):
-        return images.gpu() if self.decoder == "cpu" and self.augment == "gpu" else images
+        return images.gpu() if self.decoder == "cpu" and self.augment_device == "gpu" else images
 
     def _crop(self) -> Optional[int]:
         return self.sampler.crop_of_epoch(self.epoch) if self.sampler.crop_of_epoch else None
