@@ -11,6 +11,8 @@ tolerance too loose to catch real bugs; float64 keeps the summation-order noise 
 """
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -53,12 +55,13 @@ def _assert_different_training(run_a, run_b):
 
 @pytest.fixture(scope="session")  # with its tests in one xdist group: made once
 def runs(tiny_imagefolder, tmp_path_factory):
-    """nd (batch 8), DDP 2 x 4 with and without --sync-bn, and the twice-the-lr nd control."""
+    """nd (batch 8), DDP 2 x 4 with and without --sync-bn (with it, its first epoch's
+    checkpoint kept for another strategy to continue)."""
     logdir = tmp_path_factory.mktemp("parity")
     common = PARITY + ["--logdir", logdir]
     run_script("nd.py", common + ["-b", "8", "--run-name", "nd", tiny_imagefolder])
-    run_script("ddp.py", common + ["-b", "4", "--sync-bn", "--run-name", "ddp",
-                                   tiny_imagefolder], nproc=2)
+    run_script("ddp.py", common + ["-b", "4", "--sync-bn", "--save-every", "1", "--run-name",
+                                   "ddp", tiny_imagefolder], nproc=2)
     run_script("ddp.py", common + ["-b", "4", "--run-name", "ddp_local_bn", tiny_imagefolder],
                nproc=2)
     return logdir
@@ -97,12 +100,20 @@ def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
     _assert_same_training(runs / "ddp_local_bn", runs / "ps")
 
 
-def test_fsdp_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
+@pytest.fixture(scope="session")
+def fsdp(runs, tiny_imagefolder):
+    """FSDP2 2 x 4 with --sync-bn, in the parity runs' folder, its first epoch's checkpoint
+    kept for DDP to continue."""
+    run_script("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--save-every",
+                                    "1", "--run-name", "fsdp", tiny_imagefolder], nproc=2)
+    return runs / "fsdp"
+
+
+def test_fsdp_matches_nd_and_ddp_exactly(runs, fsdp, tiny_imagefolder):
     """FSDP2 with --sync-bn trains as nd on the global batch does, and without it as DDP does
     (BatchNorm over each rank's half batch)."""
-    common = PARITY + ["--logdir", runs, "-b", "4", tiny_imagefolder]
-    run_script("fsdp.py", common + ["--sync-bn", "--run-name", "fsdp"], nproc=2)
-    run_script("fsdp.py", common + ["--run-name", "fsdp_local_bn"], nproc=2)
+    run_script("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--run-name", "fsdp_local_bn",
+                                    tiny_imagefolder], nproc=2)
     _assert_same_training(runs / "nd", runs / "fsdp")
     _assert_same_training(runs / "ddp_local_bn", runs / "fsdp_local_bn")
     run = records(runs / "fsdp", "run")[0]
@@ -127,15 +138,17 @@ def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_ima
 
 
 @pytest.mark.parametrize("first,then", [("fsdp.py", "ddp.py"), ("ddp.py", "fsdp.py")])
-def test_a_checkpoint_continues_under_the_other_of_fsdp_and_ddp(runs, tiny_imagefolder,
+def test_a_checkpoint_continues_under_the_other_of_fsdp_and_ddp(runs, fsdp, tiny_imagefolder,
                                                                  first, then):
-    """A checkpoint is the same file whichever strategy wrote it: epochs 2-3 under the other
-    strategy continue the training (momentum included) as DDP's own 3 epochs do."""
+    """A checkpoint is the same file whichever strategy wrote it: the first epoch's checkpoint
+    of one strategy's 3-epoch run, resumed under the other for epochs 2-3, continues the
+    training (momentum included) as DDP's own 3 epochs do."""
     name = f"{first[:-3]}_then_{then[:-3]}"
-    common = PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--run-name", name,
-                       tiny_imagefolder]
-    run_script(first, [*common, "--epochs", "1"], nproc=2)  # the last --epochs wins
-    run_script(then, [*common, "--resume", "auto"], nproc=2)
+    (runs / name).mkdir()
+    shutil.copy(runs / first[:-3] / "checkpoint-epoch0.pth", runs / name / "checkpoint.pth")
+    run_script(then, PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--run-name", name,
+                               "--resume", "auto", tiny_imagefolder], nproc=2)
+    assert [r["epoch"] for r in records(runs / name, "train_epoch")] == [1, 2]
     straight, resumed = weights(runs / "ddp")["model"], weights(runs / name)["model"]
     for key, value in straight.items():
         if value.is_floating_point() and "running" not in key:
