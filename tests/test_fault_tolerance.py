@@ -169,8 +169,9 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,accum", [("pytorch", 1), ("pytorch", 2), ("dali-cpu", 1),
-                                           ("gpu", 1)])
+# The default loader without accumulation: its mid-epoch cut and exact resume are the SIGTERM
+# test's above (DDP, the same loader and sampler), SIGUSR1's handling the other cases' here.
+@pytest.mark.parametrize("backend,accum", [("pytorch", 2), ("dali-cpu", 1), ("gpu", 1)])
 def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagefolder, tmp_path,
                                                                      backend, accum):
     """SIGUSR1 (SLURM's warning before the time limit) makes the run finish its step, write a
