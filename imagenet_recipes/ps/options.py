@@ -8,7 +8,7 @@ from typing import Any, Optional
 from ..options import (BatchOptions, DistributionOptions, LoaderOptions, LossOptions, ModelOptions,
                        OptimizerOptions, PlanOptions, RunOptions, ScheduleOptions, Section,
                        StrategyOptions, opt)
-from ..options.fields import NOT_NEGATIVE, POSITIVE, Bound
+from ..options.fields import POSITIVE, Bound
 from .state_service import RULES as ESYNC_RULES
 
 MODES = ("sync", "async", "esync")
@@ -71,7 +71,8 @@ class ParameterServerOptions(Section):
         PARAMETER_SERVER, "--esync-epsilon",
         help="esync, reference rule: safety margin in seconds (the authors' 0.5 s suits steps "
              "of seconds; with shorter steps use about one fast step or less, or every fast "
-             "worker stops after one step)", bound=NOT_NEGATIVE))
+             "worker stops after one step)",
+        bound=Bound(low=0, says="must be >= 0 (seconds)")))
     local_momentum: Optional[float] = field(default=None, metadata=opt(
         PARAMETER_SERVER, "--local-momentum",
         help="esync: momentum of the workers' local SGD (default: --momentum; the authors' "
