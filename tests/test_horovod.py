@@ -1,7 +1,8 @@
-"""train/hvd.py under `horovodrun --gloo` on CPU: training, parity with DDP, fp16 compression,
-resume, and mixed precision (O2 gradients reduced during backward, float16 loss scaling).
-Horovod is built by launch/install_horovod.sh (which .ci/run calls first). Exact float64
-parity with nd, DDP and the parameter server is in tests/test_parity.py."""
+"""train/hvd.py under `horovodrun --gloo` on CPU: fp16 compression, resume, and mixed precision
+(O2 gradients reduced during backward, float16 loss scaling). Horovod is built by
+launch/install_horovod.sh (which .ci/run calls first). Its training (the run's record, the
+loss falling) and its exact float64 parity with nd and DDP, step by step over 24 steps, are
+tests/test_parity.py's."""
 from __future__ import annotations
 
 import json
@@ -30,47 +31,21 @@ def run_hvd(args, nproc: int = 2, timeout: int = 600) -> subprocess.CompletedPro
     return proc
 
 
-def test_horovod_trains_for_real(tiny_imagefolder, tmp_path):
-    # float64: the same trajectory on every CPU (fp32 kernels differ between CPU kinds)
-    run_hvd(TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--float64",
-                    "--logdir", tmp_path, "--run-name", "hvd", tiny_imagefolder])
-    epochs = records(tmp_path / "hvd", "train_epoch")
-    assert [e["count"] for e in epochs] == [64, 64, 64]  # 2 ranks x 4 steps x 8
-    assert epochs[-1]["loss"] < 0.8 * epochs[0]["loss"]
-    assert [v["count"] for v in records(tmp_path / "hvd", "val")] == [20, 20, 20]
-    run = records(tmp_path / "hvd", "run")[0]
-    assert (run["strategy"], run["world_size"], run["backend"]) == ("hvd", 2, "gloo")
-    assert run["global_batch"] == 16 and run["lr"] == pytest.approx(0.4 * 16 / 256)
-
-
 PARITY = TINY + ["--image-size", "64", "-b", "4", "--epochs", "1", "--steps-per-epoch", "4",
                  "--lr", "0.4", "--seed", "3"]
 
 
-@pytest.fixture(scope="session")  # with its tests in one xdist group: made once
-def ddp_losses(tiny_imagefolder, tmp_path_factory):
-    logdir = tmp_path_factory.mktemp("ddp_parity")
-    run_script("ddp.py", PARITY + ["--logdir", logdir, "--run-name", "ddp", tiny_imagefolder],
+def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path):
+    """--fp16-allreduce: the losses near DDP's (fp32 all-reduce) for the first steps, but not
+    equal to them."""
+    run_script("ddp.py", PARITY + ["--logdir", tmp_path, "--run-name", "ddp", tiny_imagefolder],
                nproc=2)
-    return [r["loss"] for r in records(logdir / "ddp", "train")]
-
-
-@pytest.mark.xdist_group("horovod-ddp-losses")  # one worker: the fixture runs once
-def test_horovod_matches_ddp_step_by_step(tiny_imagefolder, tmp_path, ddp_losses):
-    """Same global batch, data order, precision and initial weights: the same losses at every
-    step (gradient averaging over ranks is the same computation, in another library)."""
-    run_hvd(PARITY + ["--logdir", tmp_path, "--run-name", "hvd", tiny_imagefolder])
-    hvd_losses = [r["loss"] for r in records(tmp_path / "hvd", "train")]
-    assert len(hvd_losses) == len(ddp_losses) == 4
-    assert hvd_losses == pytest.approx(ddp_losses, rel=1e-4)
-    assert len(set(round(v, 3) for v in ddp_losses)) == 4  # the model really moves
-
-
-@pytest.mark.xdist_group("horovod-ddp-losses")  # one worker: the fixture runs once
-def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path, ddp_losses):
+    ddp_losses = [r["loss"] for r in records(tmp_path / "ddp", "train")]
     run_hvd(PARITY + ["--fp16-allreduce", "--logdir", tmp_path, "--run-name", "fp16",
                       tiny_imagefolder])
     losses = [r["loss"] for r in records(tmp_path / "fp16", "train")]
+    assert len(losses) == len(ddp_losses) == 4
+    assert len(set(round(v, 3) for v in ddp_losses)) == 4  # the model really moves
     # fp16 gradients round at ~1e-3 relative: close to the fp32 all-reduce for the first steps
     # (after that this tiny chaotic setup amplifies any difference, see the DDP parity test),
     # but not equal, or nothing was compressed.

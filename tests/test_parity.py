@@ -89,6 +89,14 @@ def test_horovod_matches_nd_and_ddp_exactly(runs, tiny_imagefolder):
     run_hvd(common + ["--run-name", "hvd_local_bn"])
     _assert_same_training(runs / "nd", runs / "hvd")
     _assert_same_training(runs / "ddp_local_bn", runs / "hvd_local_bn")
+    # and it trains, with the run's record a Horovod run's: 2 gloo ranks, global batch 8
+    epochs = records(runs / "hvd", "train_epoch")
+    assert [e["count"] for e in epochs] == [64, 64, 64]  # 2 ranks x 8 steps x 4
+    assert epochs[-1]["loss"] < 0.5 * epochs[0]["loss"]  # 1.05 -> 0.21 (measured)
+    assert [v["count"] for v in records(runs / "hvd", "val")] == [20, 20, 20]
+    run = records(runs / "hvd", "run")[0]
+    assert (run["strategy"], run["world_size"], run["backend"]) == ("hvd", 2, "gloo")
+    assert run["global_batch"] == 8 and run["lr"] == pytest.approx(0.4 * 8 / 256)
 
 
 def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
