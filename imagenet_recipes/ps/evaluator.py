@@ -53,7 +53,7 @@ class BackgroundJobs:
         self.check()
 
 
-# --- evaluator mode: `train/ps.py --evaluator RUN_DIR DATA` ----------------------------------------
+# --- evaluator mode: `train/ps.py --evaluator RUN_DIR DATA` ------------------------------------
 def _training_ended(run_dir: Path) -> bool:
     log = run_dir / "log.jsonl"
     if not log.is_file():

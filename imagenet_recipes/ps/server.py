@@ -192,11 +192,11 @@ class ParameterServer:
         into = self.samples - self.epoch * self.samples_per_epoch
         if into <= 0 or self.epoch >= self.options.schedule.epochs:
             return 0
-        round_size = self.options.batch_size * self.workers
-        if self.mode == "sync" and self.options.ps.split == "iid" and into % round_size == 0:
+        round_size, split = self.options.batch_size * self.workers, self.options.ps.split
+        if self.mode == "sync" and split == "iid" and into % round_size == 0:
             return into
         self.log.print(f"note: resumed inside epoch {self.epoch} after {into} samples; --mode "
-                       f"{self.mode} (--split {self.options.ps.split}, rounds of {round_size}) cannot "
+                       f"{self.mode} (--split {split}, rounds of {round_size}) cannot "
                        "continue that epoch's order exactly, so the workers read it again from "
                        "its start")
         self.samples = self.epoch * self.samples_per_epoch  # the whole epoch is still to come
@@ -434,7 +434,8 @@ class ParameterServer:
         state = self._complete(state)
         if self._eval_model is None:
             from ..models import build_model
-            self._eval_model = build_model(self.options.model.arch, self.num_classes).to(self.eval_device)
+            self._eval_model = build_model(self.options.model.arch, self.num_classes).to(
+                self.eval_device)
         self._eval_model.load_state_dict(state["model"])
         # the evaluation copy is a float32 model, whatever precision the server trains in
         stats = evaluate(self._eval_model, self.val_loader, self.eval_device,
@@ -449,10 +450,11 @@ class ParameterServer:
                        f"images, {stats['seconds']:.1f}s)  best top1 {self.best_top1:.3f}")
         if checkpoint_after:
             self._write_checkpoint(state, is_best)
-        if self.options.run.desired_acc is not None and stats["top1"] >= self.options.run.desired_acc:
+        desired = self.options.run.desired_acc
+        if desired is not None and stats["top1"] >= desired:
             with self.lock:
                 if self.stop_reason is None:
-                    self.stop_reason = f"reached --desired-acc {self.options.run.desired_acc}"
+                    self.stop_reason = f"reached --desired-acc {desired}"
 
     def _write_checkpoint(self, state: dict, is_best: bool) -> None:
         start = time.perf_counter()
@@ -463,7 +465,7 @@ class ParameterServer:
         self.log.write("checkpoint", epoch=state["epoch"], step=state["step"],
                        path=str(path), best=is_best, seconds=time.perf_counter() - start)
 
-    # --- the end, and failures ---------------------------------------------------------------------
+    # --- the end, and failures -----------------------------------------------------------------
     def goodbye(self, worker: int) -> List[int]:
         """A worker is done; the answer is the workers lost so far (the last news it gets)."""
         with self.lock:
@@ -477,7 +479,8 @@ class ParameterServer:
             self.finished.set()
 
     def failure_monitor(self) -> FailureMonitor:
-        return FailureMonitor(self._suspects, self._lose, self.finished, self.options.distribution.dist_timeout)
+        return FailureMonitor(self._suspects, self._lose, self.finished,
+                              self.options.distribution.dist_timeout)
 
     def _suspects(self) -> Tuple[List[int], float]:
         """The workers this server waits on now, and for how long it has waited."""
