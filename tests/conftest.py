@@ -38,6 +38,8 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
 # every test that starts a process is marked slow: checked as it runs
 from process_tier import slow_if_it_starts_processes  # noqa: E402,F401
+# RECIPES_CPU_PROFILE=FILE: each test's CPU seconds, a JSON line each (tests/cpu_profile.py)
+from cpu_profile import pytest_runtest_protocol  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train"
