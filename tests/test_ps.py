@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def _params(run_dir):
 
 
 # 2 epochs of 2 steps, one server: the run that DDP's updates are compared with and that a run
-# resumed on two servers must equal. One run for both tests (the same xdist worker runs them).
+# resumed on two servers must equal (from its first epoch's checkpoint, kept by --save-every).
+# One run for both tests (the same xdist worker runs them).
 SYNC_ARGS = STEP_ARGS + ["--epochs", "2", "--steps-per-epoch", "2"]
 ONE_SERVER = pytest.mark.xdist_group("ps-one-server")
 
@@ -52,8 +54,9 @@ ONE_SERVER = pytest.mark.xdist_group("ps-one-server")
 def one_server(tiny_imagefolder, tmp_path_factory):
     """(run dir, console output) of the synchronous run with one server."""
     logdir = tmp_path_factory.mktemp("ps_one_server")
-    proc = run_script("ps.py", SYNC_ARGS + ["--mode", "sync", "--logdir", logdir, "--run-name",
-                                            "ps", tiny_imagefolder], nproc=3)
+    proc = run_script("ps.py", SYNC_ARGS + ["--mode", "sync", "--save-every", "1", "--logdir",
+                                            logdir, "--run-name", "ps", tiny_imagefolder],
+                      nproc=3)
     return logdir / "ps", proc.stdout
 
 
@@ -473,12 +476,17 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
 @ONE_SERVER
 def test_a_run_resumes_exactly_on_another_number_of_servers(one_server, tiny_imagefolder,
                                                             tmp_path):
-    """One server's checkpoint, continued by two servers: bit for bit the weights and momentum
-    of one server all along (the optimizer state is split among the servers and merged back
-    into one server's layout in the checkpoint)."""
+    """One server's checkpoint after its first epoch (kept by --save-every 1), continued by two
+    servers: bit for bit the weights and momentum of one server all along (the optimizer
+    state is split among the servers and merged back into one server's layout in the
+    checkpoint)."""
     common = SYNC_ARGS + ["--mode", "sync", "--logdir", tmp_path, tiny_imagefolder]
     straight_dir = one_server[0]
-    run_script("ps.py", common + ["--epochs", "1", "--run-name", "first"], nproc=3)
+    kept = torch.load(straight_dir / "checkpoint-epoch0.pth", weights_only=True)
+    assert (kept["epoch"], kept["step"]) == (1, 2)  # one epoch of 2 server updates
+    assert (straight_dir / "checkpoint-epoch1.pth").is_file()  # and the last epoch's
+    (tmp_path / "first").mkdir()
+    shutil.copy(straight_dir / "checkpoint-epoch0.pth", tmp_path / "first/checkpoint.pth")
     run_script("ps.py", common + ["--num-servers", "2", "--resume", tmp_path / "first",
                                   "--run-name", "second"], nproc=4)
     assert records(tmp_path / "second", "end")[0]["step"] == 4

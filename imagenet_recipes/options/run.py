@@ -42,7 +42,7 @@ class RunOptions(Section):
                                                   "inside an epoch (0: only at epoch ends)",
         bound=NOT_NEGATIVE))
     save_every: int = field(default=0, metadata=opt(
-        CHECKPOINTING, "--save-every", needs=ENGINE_LOOP,
+        CHECKPOINTING, "--save-every",
         help="also keep every Nth epoch's checkpoint as checkpoint-epochE.pth (0: keep only "
              "the newest, the one before it and the best)",
         bound=Bound(low=0, says="must be >= 0 (0: off)")))

@@ -366,10 +366,13 @@ class ParameterServer:
                            f"update's samples covered it whole)  {now - started:.1f}s")
         self._epoch_started = now
         self._epoch_metrics = {k: 0.0 for k in self._epoch_metrics}
+        save_every = self.options.run.save_every  # this epoch's checkpoint kept under its name
+        keep_as = (f"checkpoint-epoch{self.epoch}.pth"
+                   if save_every and (self.epoch + 1) % save_every == 0 else None)
         if self.options.ps.eval_every == 0:
-            self._submit_eval(checkpoint_after=True)
+            self._submit_eval(checkpoint_after=True, keep_as=keep_as)
         else:
-            self._submit_checkpoint(is_best=False)
+            self._submit_checkpoint(is_best=False, keep_as=keep_as)
         self.epoch += 1
 
     # --- background work on snapshots ---------------------------------------------------------
@@ -416,21 +419,24 @@ class ParameterServer:
         state["optimizer"] = shards.merge_optimizer_states(optimizers, self.shards)
         return state
 
-    def _submit_eval(self, checkpoint_after: bool) -> None:
+    def _submit_eval(self, checkpoint_after: bool, keep_as: Optional[str] = None) -> None:
+        """Evaluate the weights of now in the background; `checkpoint_after`: then checkpoint
+        them (also kept as `keep_as`, a name in the run dir, where given)."""
         state = self._snapshot_state()
         epoch = self.epoch
         taken = time.monotonic() - self._train_t0
-        self.jobs.submit(lambda: self._evaluate(state, epoch, taken, checkpoint_after))
+        self.jobs.submit(lambda: self._evaluate(state, epoch, taken, checkpoint_after, keep_as))
 
-    def _submit_checkpoint(self, is_best: bool) -> None:
+    def _submit_checkpoint(self, is_best: bool, keep_as: Optional[str] = None) -> None:
         state = self._snapshot_state()
-        self.jobs.submit(lambda: self._write_checkpoint(state, is_best))
+        self.jobs.submit(lambda: self._write_checkpoint(state, is_best, keep_as))
 
     def write_final_checkpoint(self) -> None:
         """After a stop signal, once every worker has left: the model as it is now."""
         self._write_checkpoint(self._snapshot_state(), is_best=False)
 
-    def _evaluate(self, state: dict, epoch: int, taken: float, checkpoint_after: bool) -> None:
+    def _evaluate(self, state: dict, epoch: int, taken: float, checkpoint_after: bool,
+                  keep_as: Optional[str] = None) -> None:
         state = self._complete(state)
         if self._eval_model is None:
             from ..models import build_model
@@ -449,19 +455,19 @@ class ParameterServer:
                        f"{stats['top1']:.3f}  top5 {stats['top5']:.3f}  ({stats['count']} "
                        f"images, {stats['seconds']:.1f}s)  best top1 {self.best_top1:.3f}")
         if checkpoint_after:
-            self._write_checkpoint(state, is_best)
+            self._write_checkpoint(state, is_best, keep_as)
         desired = self.options.run.desired_acc
         if desired is not None and stats["top1"] >= desired:
             with self.lock:
                 if self.stop_reason is None:
                     self.stop_reason = f"reached --desired-acc {desired}"
 
-    def _write_checkpoint(self, state: dict, is_best: bool) -> None:
+    def _write_checkpoint(self, state: dict, is_best: bool, keep_as: Optional[str] = None) -> None:
         start = time.perf_counter()
         if "_shards" in state:  # not yet completed by an evaluation
             state = self._complete(state)
         state["best_top1"] = self.best_top1
-        path = checkpoint.save(state, self.run_dir, is_best)
+        path = checkpoint.save(state, self.run_dir, is_best, keep_as=keep_as)
         self.log.write("checkpoint", epoch=state["epoch"], step=state["step"],
                        path=str(path), best=is_best, seconds=time.perf_counter() - start)
 
