@@ -200,10 +200,35 @@ def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
     environment. A run still going after `timeout` seconds fails the test with the Python
     stacks of all its processes (torchrun's workers and their loader workers included), and
     none of them is left running."""
-    cmd = script_command(script, args, nproc)
+    return _run_to_end(script_command(script, args, nproc), {**script_env(), **(env or {})},
+                       timeout, check)
+
+
+def run_forked(script: str, args: List, nproc: int = 0, timeout: int = 600,
+               check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """run_script's run, its processes forked from an interpreter that has imported torch,
+    torchvision, timm and the package already (tests/forked_ranks.py): for the tests of what
+    runs compute, where a tiny run's imports cost ten times its training. `env` may hold only
+    what a run reads while it runs: a variable read at interpreter start or at import would be
+    the server's, not the run's."""
+    from forked_ranks import IMPORT_TIME_PREFIXES, command, server_socket
+
+    refused = [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
+    if refused:
+        raise ValueError(f"run_forked cannot set {refused}: use run_script")
+    program = ["-m", script] if script.startswith("imagenet_recipes.") else [
+        str(REPO / script if "/" in script else TRAIN / script)]
+    full_env = {**script_env(), **(env or {})}
+    full_env["FORKED_RANKS_SOCKET"] = server_socket(script_env())
+    return _run_to_end(command(nproc, program + [str(a) for a in args]), full_env, timeout,
+                       check)
+
+
+def _run_to_end(cmd: List[str], env: dict, timeout: int,
+                check: bool) -> subprocess.CompletedProcess:
     # Its own process group: the whole tree can be signalled at once.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**script_env(), **(env or {})}, cwd=REPO, start_new_session=True)
+                            env=env, cwd=REPO, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -32,7 +32,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from conftest import REPO, TINY, TRAIN, records, run_script, script_env
+from conftest import REPO, TINY, TRAIN, records, run_forked, script_env
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -99,7 +99,7 @@ def run_probed(script: str, out: Path, args: List, nproc: int = 0) -> None:
                               env=script_env(), cwd=REPO)
         assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     else:
-        run_script(PROBE, [out, TRAIN / script, *args], nproc=nproc)
+        run_forked(PROBE, [out, TRAIN / script, *args], nproc=nproc)
 
 
 @pytest.fixture(scope="session")  # with its tests in one xdist group: made once
@@ -108,7 +108,7 @@ def nd(tiny_imagefolder, tmp_path_factory):
     logdir = tmp_path_factory.mktemp("accumulation")
     common = ACCUM + ["--logdir", logdir, "-b", "8", tiny_imagefolder]
     run_probed("nd.py", logdir / "probe_nd", common + ["--run-name", "nd"])
-    run_script("nd.py", common + ["--lr", "0.8", "--run-name", "nd_2x"])
+    run_forked("nd.py", common + ["--lr", "0.8", "--run-name", "nd_2x"])
     control = max_difference(logdir / "nd", logdir / "nd_2x")
     print(f"nd vs nd at twice the lr: max |difference| {control:.3g}")
     assert control > 1e6 * TOL  # TOL is sensitive

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import (TINY, add_damaged_files, assert_resume_is_exact, loaders_for, records,
-                      run_script)
+                      run_forked)
 
 pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
 
@@ -50,7 +50,7 @@ def loaders():
 
 @pytest.mark.slow
 def test_dali_cpu_ddp_trains_for_real(tiny_imagefolder, tmp_path):
-    run_script("ddp.py", TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--data-backend",
+    run_forked("ddp.py", TINY + ["-b", "8", "--epochs", "3", "--lr", "0.4", "--data-backend",
                                  "dali-cpu", "--logdir", tmp_path, "--run-name", "dali",
                                  tiny_imagefolder], nproc=2)
     epochs = records(tmp_path / "dali", "train_epoch")
@@ -128,7 +128,7 @@ def test_dali_cpu_left_out_damaged_files_are_counted(tiny_imagefolder, tmp_path)
     shutil.copytree(tiny_imagefolder, data)
     train_damaged = add_damaged_files(sorted((data / "train").iterdir())[0])
     val_damaged = add_damaged_files(sorted((data / "val").iterdir())[3])
-    proc = run_script("ddp.py", TINY + ["-b", "6", "--epochs", "1", "--data-backend",
+    proc = run_forked("ddp.py", TINY + ["-b", "6", "--epochs", "1", "--data-backend",
                                         "dali-cpu", "--logdir", tmp_path, "--run-name", "bad",
                                         data], nproc=2)
     assert "3 file(s)" in proc.stdout and "are left out" in proc.stdout
@@ -203,7 +203,7 @@ def test_dali_pipeline_lives_across_epochs_and_reads_each_epochs_order(tiny_imag
 def test_dali_resume_is_bit_exact(tiny_imagefolder, tmp_path):
     """The pipeline's random state (crops, flips) goes into the checkpoint, one per rank, so a
     resumed DALI run draws the augmentations the uninterrupted one draws."""
-    assert_resume_is_exact(lambda argv: run_script("ddp.py", argv, nproc=2),
+    assert_resume_is_exact(lambda argv: run_forked("ddp.py", argv, nproc=2),
                            TINY + ["-b", "8", "--data-backend", "dali-cpu"], tiny_imagefolder,
                            tmp_path)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import TINY, assert_resume_is_exact, run_script, unused_port
+from conftest import TINY, assert_resume_is_exact, run_forked, unused_port
 from imagenet_recipes.models import build_model
 from imagenet_recipes.strategies import FSDPStrategy
 from test_bad_input import run_in_process
@@ -15,7 +15,7 @@ from test_precision import _setup
 
 
 def _fsdp(argv):
-    return run_script("fsdp.py", argv, nproc=2)
+    return run_forked("fsdp.py", argv, nproc=2)
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import (TINY, assert_resume_is_exact, first_conv_weight, records, run_script,
+from conftest import (TINY, assert_resume_is_exact, first_conv_weight, records, run_forked,
                       weights)
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -30,7 +30,7 @@ def test_mixed_precision_resume_is_bit_identical(tiny_imagefolder, tmp_path, scr
     """O2 resumes from the saved fp32 masters (not from their half rounding), float16 from the
     saved loss scale and growth tracker, and the EMA of O2's masters from its saved average."""
     args = SHORT + ["--opt-level", level, "--amp-dtype", dtype, *extra]
-    state = assert_resume_is_exact(lambda argv: run_script(script, argv, nproc=nproc), args,
+    state = assert_resume_is_exact(lambda argv: run_forked(script, argv, nproc=nproc), args,
                                    tiny_imagefolder, tmp_path)
     if extra == EMA:
         resumed = weights(tmp_path / "cut")
@@ -54,10 +54,10 @@ def test_mixed_precision_resume_is_bit_identical(tiny_imagefolder, tmp_path, scr
 
 
 def test_loss_scale_is_honoured_or_refused(tiny_imagefolder, tmp_path):
-    run_script("nd.py", SHORT + ["--epochs", "1", "--loss-scale", "128", "--logdir", tmp_path,
+    run_forked("nd.py", SHORT + ["--epochs", "1", "--loss-scale", "128", "--logdir", tmp_path,
                                  "--run-name", "o0", tiny_imagefolder])
     assert {r["loss_scale"] for r in records(tmp_path / "o0", "train")} == {128.0}
-    proc = run_script("nd.py", SHORT + ["--epochs", "1", "--opt-level", "O1", "--amp-dtype",
+    proc = run_forked("nd.py", SHORT + ["--epochs", "1", "--opt-level", "O1", "--amp-dtype",
                                         "bfloat16", "--loss-scale", "128", "--logdir", tmp_path,
                                         "--run-name", "bf16", tiny_imagefolder], check=False)
     assert proc.returncode == 2 and "never needs loss scaling" in proc.stderr

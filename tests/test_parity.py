@@ -16,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import LOCAL_SGD, TINY, records, run_script, weights
+from conftest import LOCAL_SGD, TINY, records, run_forked, weights
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -59,10 +59,10 @@ def runs(tiny_imagefolder, tmp_path_factory):
     checkpoint kept for another strategy to continue)."""
     logdir = tmp_path_factory.mktemp("parity")
     common = PARITY + ["--logdir", logdir]
-    run_script("nd.py", common + ["-b", "8", "--run-name", "nd", tiny_imagefolder])
-    run_script("ddp.py", common + ["-b", "4", "--sync-bn", "--save-every", "1", "--run-name",
+    run_forked("nd.py", common + ["-b", "8", "--run-name", "nd", tiny_imagefolder])
+    run_forked("ddp.py", common + ["-b", "4", "--sync-bn", "--save-every", "1", "--run-name",
                                    "ddp", tiny_imagefolder], nproc=2)
-    run_script("ddp.py", common + ["-b", "4", "--run-name", "ddp_local_bn", tiny_imagefolder],
+    run_forked("ddp.py", common + ["-b", "4", "--run-name", "ddp_local_bn", tiny_imagefolder],
                nproc=2)
     return logdir
 
@@ -72,7 +72,7 @@ def test_ddp_matches_nd_exactly(runs, tiny_imagefolder):
     assert [r["count"] for r in records(runs / "ddp", "train")] == [8] * 24
     assert records(runs / "ddp", "run")[0]["precision"]["dtype"] == "float64"
     # the tolerance catches a gradient average off by 2x (same as doubling the lr) ...
-    run_script("nd.py", PARITY + ["--logdir", runs, "-b", "8", "--lr", "0.8",
+    run_forked("nd.py", PARITY + ["--logdir", runs, "-b", "8", "--lr", "0.8",
                                   "--run-name", "nd_2x", tiny_imagefolder])
     _assert_different_training(runs / "nd", runs / "nd_2x")
     # ... and BatchNorm over each rank's half batch instead of the global batch
@@ -103,7 +103,7 @@ def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
     """The server's SGD on the 2 workers' mean gradient is DDP's update. Workers normalise
     their own batches (the parameter server has no SyncBN), so the reference is DDP without
     --sync-bn."""
-    run_script("ps.py", PARITY + ["--logdir", runs, "-b", "4", "--mode", "sync",
+    run_forked("ps.py", PARITY + ["--logdir", runs, "-b", "4", "--mode", "sync",
                                   "--run-name", "ps", tiny_imagefolder], nproc=3)
     _assert_same_training(runs / "ddp_local_bn", runs / "ps")
 
@@ -112,7 +112,7 @@ def test_sync_parameter_server_matches_ddp_exactly(runs, tiny_imagefolder):
 def fsdp(runs, tiny_imagefolder):
     """FSDP2 2 x 4 with --sync-bn, in the parity runs' folder, its first epoch's checkpoint
     kept for DDP to continue."""
-    run_script("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--save-every",
+    run_forked("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--save-every",
                                     "1", "--run-name", "fsdp", tiny_imagefolder], nproc=2)
     return runs / "fsdp"
 
@@ -120,7 +120,7 @@ def fsdp(runs, tiny_imagefolder):
 def test_fsdp_matches_nd_and_ddp_exactly(runs, fsdp, tiny_imagefolder):
     """FSDP2 with --sync-bn trains as nd on the global batch does, and without it as DDP does
     (BatchNorm over each rank's half batch)."""
-    run_script("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--run-name", "fsdp_local_bn",
+    run_forked("fsdp.py", PARITY + ["--logdir", runs, "-b", "4", "--run-name", "fsdp_local_bn",
                                     tiny_imagefolder], nproc=2)
     _assert_same_training(runs / "nd", runs / "fsdp")
     _assert_same_training(runs / "ddp_local_bn", runs / "fsdp_local_bn")
@@ -137,8 +137,8 @@ def test_local_sgd_averaging_after_every_step_matches_ddp_exactly(runs, tiny_ima
     each rank's 4 images makes this tiny run chaotic, so that float64's rounding differences
     between averaging weights and averaging gradients grow to 1e-3 in 20 steps.)"""
     common = PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", tiny_imagefolder]
-    run_script(LOCAL_SGD, common + ["--local-sgd-period", "1", "--run-name", "local1"], nproc=2)
-    run_script(LOCAL_SGD, common + ["--local-sgd-period", "4", "--run-name", "local4"], nproc=2)
+    run_forked(LOCAL_SGD, common + ["--local-sgd-period", "1", "--run-name", "local1"], nproc=2)
+    run_forked(LOCAL_SGD, common + ["--local-sgd-period", "4", "--run-name", "local4"], nproc=2)
     _assert_same_training(runs / "ddp", runs / "local1")
     _assert_different_training(runs / "ddp", runs / "local4")
     assert records(runs / "local4", "run")[0]["local_sgd"] == {
@@ -154,7 +154,7 @@ def test_a_checkpoint_continues_under_the_other_of_fsdp_and_ddp(runs, fsdp, tiny
     name = f"{first[:-3]}_then_{then[:-3]}"
     (runs / name).mkdir()
     shutil.copy(runs / first[:-3] / "checkpoint-epoch0.pth", runs / name / "checkpoint.pth")
-    run_script(then, PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--run-name", name,
+    run_forked(then, PARITY + ["--logdir", runs, "-b", "4", "--sync-bn", "--run-name", name,
                                "--resume", "auto", tiny_imagefolder], nproc=2)
     assert [r["epoch"] for r in records(runs / name, "train_epoch")] == [1, 2]
     straight, resumed = weights(runs / "ddp")["model"], weights(runs / name)["model"]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TESTS, TINY, TRAIN, script_env,
-                      records, run_script, traced, traced_samples, unused_port)
+                      records, run_forked, traced, traced_samples, unused_port)
 from step_hold import hold_env, release, wait_for
 
 from imagenet_recipes.data import ShardedSampler
@@ -54,7 +54,7 @@ ONE_SERVER = pytest.mark.xdist_group("ps-one-server")
 def one_server(tiny_imagefolder, tmp_path_factory):
     """(run dir, console output) of the synchronous run with one server."""
     logdir = tmp_path_factory.mktemp("ps_one_server")
-    proc = run_script("ps.py", SYNC_ARGS + ["--mode", "sync", "--save-every", "1", "--logdir",
+    proc = run_forked("ps.py", SYNC_ARGS + ["--mode", "sync", "--save-every", "1", "--logdir",
                                             logdir, "--run-name", "ps", tiny_imagefolder],
                       nproc=3)
     return logdir / "ps", proc.stdout
@@ -70,12 +70,12 @@ def test_sync_ps_makes_the_same_updates_as_ddp(one_server, tiny_imagefolder, tmp
     progress = [line for line in stdout.splitlines() if "Epoch [" in line]
     assert progress and all("ETA run " in line for line in progress), stdout
     assert "best top1" in stdout and "seed 2" in stdout
-    run_script("ddp.py", common + ["--run-name", "ddp"], nproc=2)
+    run_forked("ddp.py", common + ["--run-name", "ddp"], nproc=2)
     # (over TensorPipe's default transports: shared memory on one host)
-    run_script("ps.py", common + ["--mode", "async", "--run-name", "async", "--rpc-transport",
+    run_forked("ps.py", common + ["--mode", "async", "--run-name", "async", "--rpc-transport",
                                   "tensorpipe"], nproc=3)
     # The parameters in two shards on two server processes: still DDP's update.
-    run_script("ps.py", common + ["--mode", "sync", "--num-servers", "2", "--run-name", "ps2"],
+    run_forked("ps.py", common + ["--mode", "sync", "--num-servers", "2", "--run-name", "ps2"],
                nproc=4)
     ps = _params(ps_dir)
     ddp, async_, ps2 = (_params(tmp_path / name) for name in ("ddp", "async", "ps2"))
@@ -208,7 +208,7 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
     # The authors' 0.5 s margin is about the slow worker's whole step at this size: with it the
     # fast worker would stop after one step. At most 3 local steps a round: uncapped, the fast
     # worker once took 12 in a round, the 3 epochs were 3 server updates, and the loss fell 13 %.
-    run_script(SLOW_PS, LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
+    run_forked(SLOW_PS, LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
                                       "--max-local-steps", "3", "--worker-slowdown",
                                       ESYNC_SLOWDOWN, "--esync-average", average,
                                       "--logdir", tmp_path, "--run-name", "e",
@@ -337,10 +337,10 @@ def test_a_dead_worker(tiny_imagefolder, tmp_path, mode):
 @pytest.mark.slow
 def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
     """The separate evaluator reproduces the server's own validation of the final weights."""
-    run_script("ps.py", STEP_ARGS + ["--mode", "sync", "--epochs", "1", "--steps-per-epoch",
+    run_forked("ps.py", STEP_ARGS + ["--mode", "sync", "--epochs", "1", "--steps-per-epoch",
                                      "3", "--logdir", tmp_path, "--run-name", "run",
                                      tiny_imagefolder], nproc=3)
-    proc = run_script("ps.py", TINY + ["--evaluator", tmp_path / "run", "--logdir", tmp_path,
+    proc = run_forked("ps.py", TINY + ["--evaluator", tmp_path / "run", "--logdir", tmp_path,
                                        "--evaluator-idle-timeout", "30", tiny_imagefolder])
     assert "the watched run has ended" in proc.stdout
     mine = records(tmp_path / "run-eval", "val")
@@ -353,7 +353,7 @@ def test_evaluator_scores_the_checkpoints_of_a_run(tiny_imagefolder, tmp_path):
 
 @pytest.mark.slow
 def test_more_servers_than_processes_allow_is_refused(tiny_imagefolder, tmp_path):
-    proc = run_script("ps.py", TINY + ["--num-servers", "2", "--logdir", tmp_path,
+    proc = run_forked("ps.py", TINY + ["--num-servers", "2", "--logdir", tmp_path,
                                        tiny_imagefolder], check=False, nproc=2)
     assert proc.returncode != 0 and "at least 3 processes (ranks 0..1 serve" in proc.stderr
 
@@ -462,7 +462,7 @@ def test_preemption_checkpoints_and_resume_finishes_the_run(tiny_imagefolder, tm
     assert end["reason"] == "preempted by SIGUSR1"
     saved = torch.load(tmp_path / "pre" / "checkpoint.pth", weights_only=True)
     assert saved["step"] == end["step"] and 0 < saved["step"] < 24
-    run_script("ps.py", args + ["--resume", "auto"], nproc=3)
+    run_forked("ps.py", args + ["--resume", "auto"], nproc=3)
     runs = records(tmp_path / "pre", "run")
     assert len(runs) == 2 and runs[1]["resumed_from"].endswith("checkpoint.pth")
     final = records(tmp_path / "pre", "end")[-1]
@@ -487,7 +487,7 @@ def test_a_run_resumes_exactly_on_another_number_of_servers(one_server, tiny_ima
     assert (straight_dir / "checkpoint-epoch1.pth").is_file()  # and the last epoch's
     (tmp_path / "first").mkdir()
     shutil.copy(straight_dir / "checkpoint-epoch0.pth", tmp_path / "first/checkpoint.pth")
-    run_script("ps.py", common + ["--num-servers", "2", "--resume", tmp_path / "first",
+    run_forked("ps.py", common + ["--num-servers", "2", "--resume", tmp_path / "first",
                                   "--run-name", "second"], nproc=4)
     assert records(tmp_path / "second", "end")[0]["step"] == 4
     straight, second = _params(straight_dir), _params(tmp_path / "second")

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import RESNET18, TINY, records, run_script
+from conftest import RESNET18, TINY, records, run_forked
 
 from imagenet_recipes.precision import Precision
 from imagenet_recipes.ps.worker import GradientCapture
@@ -94,7 +94,7 @@ RESNET18_STEPS = RESNET18 + STEPS[len(TINY):]
 @pytest.mark.slow
 def test_o2_bf16_workers_push_bf16_to_two_servers_that_keep_fp32_weights(tiny_imagefolder,
                                                                          tmp_path):
-    run_script("ps.py", STEPS + ["--mode", "sync", "--num-servers", "2", "--opt-level", "O2",
+    run_forked("ps.py", STEPS + ["--mode", "sync", "--num-servers", "2", "--opt-level", "O2",
                                  "--amp-dtype", "bfloat16", "--push-dtype", "bfloat16",
                                  "--logdir", tmp_path, "--run-name", "o2", tiny_imagefolder],
                nproc=4)
@@ -121,7 +121,7 @@ def test_o2_bf16_workers_push_bf16_to_two_servers_that_keep_fp32_weights(tiny_im
 @pytest.mark.slow
 def test_o1_fp16_workers_with_loss_scaling_read_through_dali(tiny_imagefolder, tmp_path):
     pytest.importorskip("nvidia.dali", reason="DALI is in requirements.txt; this env lacks it")
-    run_script("ps.py", RESNET18_STEPS + [
+    run_forked("ps.py", RESNET18_STEPS + [
         "--mode", "async", "--opt-level", "O1", "--amp-dtype", "float16", "--data-backend",
         "dali-cpu", "--split", "by-class", "--logdir", tmp_path, "--run-name", "o1",
         tiny_imagefolder], nproc=3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import LOCAL_SGD, TINY, assert_resume_is_exact, records, run_script
+from conftest import LOCAL_SGD, TINY, assert_resume_is_exact, records, run_forked
 
 from imagenet_recipes.experiments.local_sgd import main
 from imagenet_recipes.experiments.local_sgd.strategy import LocalSGD
@@ -104,7 +104,7 @@ def test_local_sgd_resumes_exactly(tiny_imagefolder, tmp_path, outer):
     args = TINY + ["-b", "4", "--lr", "0.2", "--seed", "2", "--local-sgd-period", "3",
                    "--local-sgd-warmup-steps", "2", "--local-sgd-outer-lr", str(lr),
                    "--local-sgd-outer-momentum", str(momentum)]
-    straight = assert_resume_is_exact(lambda argv: run_script(LOCAL_SGD, argv, nproc=2), args,
+    straight = assert_resume_is_exact(lambda argv: run_forked(LOCAL_SGD, argv, nproc=2), args,
                                       tiny_imagefolder, tmp_path)
     assert straight["optimizer"]["local_sgd_step"] == 16
     assert ("local_sgd_outer" in straight["optimizer"]) == (momentum > 0)

@@ -1,0 +1,286 @@
+"""Entry-script runs forked from an interpreter that has already imported torch, torchvision,
+timm and this package, for the tests that check what runs compute (parity, precision,
+accumulation, resume): a tiny run's own work is a fraction of a CPU-second, its interpreter's
+imports 6-7 CPU-seconds (measured: `nd.py` for 3 steps of timm/test_resnet, 7.2 CPU-s started
+as `python train/nd.py`, 0.5 forked from here).
+
+Three roles, one file:
+  server  (`python forked_ranks.py server SOCKET`) imports the heavy modules once, then forks a
+          child for each request on a Unix socket; the child takes the requester's stdin, stdout
+          and stderr, environment, working directory and argv, and runs the script or module
+          as `python SCRIPT ARGS` / `python -m MODULE ARGS` would, exiting as that interpreter
+          would (atexit, thread joins); the server reaps it and sends its exit status back.
+  run     (`python forked_ranks.py run -- SCRIPT ARGS`) one process through the server named by
+          $FORKED_RANKS_SOCKET: it waits for the run and exits with its status, forwards the
+          signals a test sends (SIGTERM, SIGINT, SIGUSR1, SIGABRT for stacks), and the run
+          kills itself and its process group when this process goes (a test's timeout).
+  launch  (`python forked_ranks.py launch --nproc N -- SCRIPT ARGS`) N ranks, as `torchrun
+          --standalone --nproc_per_node=N` starts them (RANK, LOCAL_RANK, WORLD_SIZE,
+          LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT); a rank that fails stops the others.
+
+Only what the scripts read at run time can differ between requests: variables read at
+interpreter start (PYTHONPATH, a planted module) or at import (inductor's cache settings) are
+the server's, so conftest.run_forked refuses them. The launch path itself (torchrun, a fresh
+interpreter, the loader workers' fork server) is tested with real processes elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
+             signal.SIGABRT)
+
+
+# Variables a run reads when its interpreter starts or imports torch: a forked run has the
+# server's (conftest.run_forked refuses them)
+IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCHINDUCTOR_", "TORCH_COMPILE", "TORCHDYNAMO_",
+                        "OMP_", "MKL_", "RECIPES_PLANT")
+
+# What the server imports before it forks any run
+PRELOAD = ("torch", "torchvision", "timm", "imagenet_recipes.engine", "imagenet_recipes.ps.main",
+           *(f"imagenet_recipes.train.{entry}" for entry in ("nd", "ddp", "ddp_apex", "fsdp",
+                                                             "ps")))
+
+_server = None  # (process, socket path) of this pytest process's server
+
+
+def server_socket(env: dict) -> str:
+    """The socket of this process's server, started on first use with `env` (the tests' run
+    environment); it ends when this process does (its stdin closes)."""
+    global _server
+    if _server is None:
+        import atexit
+        import shutil
+        import subprocess
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="forked-", dir="/tmp")  # a socket path is <108 bytes
+        path = os.path.join(folder, "socket")
+        proc = subprocess.Popen([sys.executable, __file__, "server", path], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = proc.stdout.readline()
+        if ready.strip() != "ready":
+            raise RuntimeError(f"forked_ranks: the server did not start ({proc.wait()})")
+        atexit.register(lambda: (proc.stdin.close(), proc.wait(), shutil.rmtree(folder)))
+        _server = (proc, path)
+    return _server[1]
+
+
+def command(nproc: int, program: list) -> list:
+    """The argv that runs `program` (SCRIPT ARGS, or -m MODULE ARGS) through the server: one
+    process (nproc 0) or torchrun's N ranks."""
+    role = ["launch", "--nproc", str(nproc)] if nproc else ["run"]
+    return [sys.executable, __file__, *role, "--", *program]
+
+
+# --- server ------------------------------------------------------------------------------------
+def serve(path: str) -> None:
+    import importlib
+
+    for module in PRELOAD:  # the imports every run would make
+        importlib.import_module(module)
+
+    # forking is safe only from a process with one thread: say so loudly if an import left one
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        raise SystemExit(f"forked_ranks: the server has {threads} threads after its imports")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd sees it
+    signal.set_wakeup_fd(wake_w)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    selector.register(sys.stdin, selectors.EVENT_READ)  # EOF: the pytest worker is gone
+    print("ready", flush=True)
+    waiting = {}  # pid -> the connection its exit status goes back on
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                request = json.loads(message)
+                pid = os.fork()
+                if pid == 0:
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    for other in (listener, conn, *waiting.values()):
+                        other.close()
+                    _child(request, fds)  # does not return
+                for fd in fds:
+                    os.close(fd)
+                conn.sendall(struct.pack("!i", pid))
+                waiting[pid] = conn
+            elif key.fileobj is wake_r:
+                os.read(wake_r, 4096)
+                _reap(waiting)
+            elif not sys.stdin.buffer.read1(4096):
+                for pid in waiting:
+                    _kill_group(pid)
+                return
+
+
+def _reap(waiting: dict) -> None:
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = waiting.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+            except OSError:  # its requester is gone
+                pass
+            conn.close()
+
+
+def _child(request: dict, fds: list) -> None:
+    """In the forked child: become `python ARGV` of the requester, then exit as it would."""
+    import runpy
+
+    signal.set_wakeup_fd(-1)
+    for number in (signal.SIGCHLD, *FORWARDED):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setsid()  # a group of its own: what the run starts goes with it
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    threads = request["env"].get("OMP_NUM_THREADS")
+    if threads:
+        import torch
+        torch.set_num_threads(int(threads))
+    _die_with(request["requester"])
+    argv = request["argv"]
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = request["cwd"]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        runpy.run_path(argv[0], run_name="__main__")
+    sys.exit(0)  # through the interpreter's own exit: atexit handlers, thread joins, flushes
+
+
+def _die_with(requester: int) -> None:
+    """Kill this run's process group when the process that asked for it goes."""
+    import select
+    import threading
+
+    pidfd = os.pidfd_open(requester)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="forked_ranks-requester", daemon=True).start()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+# --- requester ---------------------------------------------------------------------------------
+def request(argv: list, env: dict) -> tuple:
+    """Ask the server for one run with this process's stdin/stdout/stderr -> (connection,
+    the run's pid)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(os.environ["FORKED_RANKS_SOCKET"])
+    message = json.dumps({"argv": argv, "env": env, "cwd": os.getcwd(),
+                          "requester": os.getpid()}).encode()
+    socket.send_fds(conn, [message], [0, 1, 2])
+    return conn, struct.unpack("!i", _read(conn, 4))[0]
+
+
+def _read(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("forked_ranks: the server closed the connection")
+        data += chunk
+    return data
+
+
+def _exit_as(code: int) -> None:
+    """Exit with a run's status: its code, or killed by the same signal."""
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+def run_one(argv: list) -> None:
+    conn, pid = request(argv, dict(os.environ))
+    for number in FORWARDED:
+        signal.signal(number, lambda n, _f: _signal(pid, n))
+    _exit_as(struct.unpack("!i", _read(conn, 4))[0])
+
+
+def _signal(pid: int, number: int) -> None:
+    try:
+        os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def launch(nproc: int, argv: list) -> None:
+    """N ranks, as torchrun --standalone starts them; the first failure stops the rest."""
+    with socket.socket() as probe:  # a free port for the ranks' store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    runs = {}
+    for rank in range(nproc):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
+               "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "TORCHELASTIC_RESTART_COUNT": "0"}
+        conn, pid = request(argv, env)
+        runs[conn] = pid
+    for number in FORWARDED:
+        signal.signal(number, lambda n, _f: [_signal(pid, n) for pid in runs.values()])
+    selector = selectors.DefaultSelector()
+    for conn in runs:
+        selector.register(conn, selectors.EVENT_READ)
+    failure = 0
+    while runs:
+        for key, _ in selector.select():
+            code = struct.unpack("!i", _read(key.fileobj, 4))[0]
+            selector.unregister(key.fileobj)
+            runs.pop(key.fileobj)
+            if code != 0 and failure == 0:
+                failure = code
+                for pid in runs.values():
+                    _signal(pid, signal.SIGTERM)
+    _exit_as(failure)
+
+
+if __name__ == "__main__":
+    role, rest = sys.argv[1], sys.argv[2:]
+    if role == "server":
+        serve(rest[0])
+    elif role == "run":
+        run_one(rest[rest.index("--") + 1:])
+    elif role == "launch":
+        launch(int(rest[rest.index("--nproc") + 1]), rest[rest.index("--") + 1:])
+    else:
+        raise SystemExit(f"forked_ranks: unknown role {role}")

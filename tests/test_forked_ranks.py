@@ -1,0 +1,78 @@
+"""tests/forked_ranks.py, the runs forked from a pre-imported interpreter (conftest.run_forked):
+each is the script's own process, as `python SCRIPT` is, with its environment, argv, folder,
+output and exit status; several are torchrun's ranks; a signal for the run reaches it, and a run
+whose requester dies goes with it."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, run_forked, script_env
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = """
+import os, signal, sys, time
+print("argv", sys.argv[1:], "cwd", os.getcwd(), "script dir first", sys.path[0], flush=True)
+print("rank", os.environ.get("RANK"), "of", os.environ.get("WORLD_SIZE"),
+      "at", os.environ.get("MASTER_PORT"), "asked", os.environ.get("ASKED"), "pid", os.getpid())
+print("to stderr", file=sys.stderr)
+if "--wait" in sys.argv:
+    signal.signal(signal.SIGTERM, lambda *_: (print("got SIGTERM", flush=True), sys.exit(7)))
+    open(sys.argv[-1], "w").write(str(os.getpid()))
+    time.sleep(120)
+sys.exit(int(os.environ.get("RANK", "3")) + 3)
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_a_forked_run_is_the_scripts_own_process(script):
+    proc = run_forked(str(script), ["a", "b"], env={"ASKED": "yes"}, check=False)
+    assert proc.returncode == 6, proc.stderr  # sys.exit's code (RANK unset: 3 + 3)
+    assert f"argv ['a', 'b'] cwd {REPO} script dir first {script.parent}" in proc.stdout
+    assert "rank None of None at None asked yes" in proc.stdout
+    assert proc.stderr.strip() == "to stderr"
+    pid = int(proc.stdout.split("pid ")[1].split()[0])
+    assert pid != os.getpid()
+
+
+def test_ranks_get_torchruns_variables_and_the_first_failure_is_the_status(script):
+    proc = run_forked(str(script), [], nproc=2, check=False)
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank"))
+    assert [line.split(" pid")[0].rsplit(" at ", 1)[0] for line in lines] == [
+        "rank 0 of 2", "rank 1 of 2"], proc.stdout
+    assert len({line.split(" at ")[1].split()[0] for line in lines}) == 1  # one store port
+    assert proc.returncode in (3, 4)  # rank 0 exits 3, rank 1 exits 4: whichever came first
+
+
+def test_a_signal_reaches_the_run_and_a_dead_requester_takes_the_run_with_it(script, tmp_path):
+    from forked_ranks import command, server_socket
+
+    env = {**script_env(), "FORKED_RANKS_SOCKET": server_socket(script_env())}
+    for ending in ("SIGTERM", "SIGKILL"):
+        marker = tmp_path / f"pid-{ending}"
+        proc = subprocess.Popen(command(0, [str(script), "--wait", str(marker)]), env=env,
+                                cwd=REPO, stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (marker.is_file() and marker.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        run = int(marker.read_text())
+        proc.send_signal(getattr(signal, ending))
+        stdout, _ = proc.communicate(timeout=60)
+        if ending == "SIGTERM":  # forwarded: the run's handler exits 7
+            assert "got SIGTERM" in stdout and proc.returncode == 7, stdout
+        else:  # the requester cannot forward SIGKILL: the run notices it is gone and ends
+            assert proc.returncode == -signal.SIGKILL
+            while os.path.exists(f"/proc/{run}") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not os.path.exists(f"/proc/{run}"), "the run outlived its requester"
