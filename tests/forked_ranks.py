@@ -37,10 +37,11 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, sign
              signal.SIGABRT)
 
 
-# Variables a run reads when its interpreter starts or imports torch: a forked run has the
-# server's (conftest.run_forked refuses them)
+# Variables a run reads when its interpreter starts, imports torch or first computes (the CPU
+# kernels' instruction set: tests force AVX2 with them): a forked run has the server's
+# (conftest.run_forked refuses them)
 IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "TORCHINDUCTOR_", "TORCH_COMPILE", "TORCHDYNAMO_",
-                        "OMP_", "MKL_", "RECIPES_PLANT")
+                        "OMP_", "MKL_", "ONEDNN_", "DNNL_", "ATEN_", "RECIPES_PLANT")
 
 # What the server imports before it forks any run
 PRELOAD = ("torch", "torchvision", "timm", "imagenet_recipes.engine", "imagenet_recipes.ps.main",

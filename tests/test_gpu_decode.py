@@ -33,7 +33,7 @@ from torchvision.ops import roi_align
 from torchvision.transforms.v2 import functional as TF
 
 from conftest import (LOADER_WORKERS, REPO, TESTS, TINY, TRAIN, add_damaged_files, loaders_for,
-                      records, run_script, script_env, traced, traced_samples)
+                      records, run_forked, script_env, traced, traced_samples)
 from imagenet_recipes.config import UsageError, parse_args
 from imagenet_recipes.data import Shard, read_image_uint8
 from imagenet_recipes.data import gpu_decode, gpu_resample
@@ -231,7 +231,7 @@ def test_damaged_files_are_decoded_or_replaced_and_counted_as_by_pytorch(tiny_im
 # --- real runs -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_gpu_backend_trains_with_loader_workers(tiny_imagefolder, tmp_path, torchcodec):
-    run_script("nd.py", TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr", "0.4",
+    run_forked("nd.py", TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr", "0.4",
                                                  "--data-backend", "gpu", "--channels-last",
                                                  "--logdir", tmp_path, "--run-name", "gpu",
                                                  tiny_imagefolder])
@@ -264,7 +264,7 @@ def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_pa
     shutil.copytree(tiny_imagefolder, data)
     train_damaged = add_damaged_files(sorted((data / "train").iterdir())[1])
     val_damaged = add_damaged_files(sorted((data / "val").iterdir())[2])
-    run_script("ddp.py", TINY + ["-b", "7", "--epochs", "1", "--data-backend", "gpu",
+    run_forked("ddp.py", TINY + ["-b", "7", "--epochs", "1", "--data-backend", "gpu",
                                  "--logdir", tmp_path, "--run-name", "damaged", data], nproc=2)
     epoch = records(tmp_path / "damaged", "train_epoch")[0]
     assert epoch["count"] == 70 and epoch["skipped"] == sum(not ok for ok in

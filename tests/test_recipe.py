@@ -674,9 +674,9 @@ def test_a_skipped_first_step_keeps_the_schedule_and_warns_nothing(tmp_path, mon
 def test_a_global_batch_is_kept_on_two_processes(tiny_imagefolder, tmp_path):
     """torchrun, 2 ranks, --global-batch 16 with -b 4: 2 micro-batches of 4 per rank, and the
     run record and the per-step counts say 16."""
-    from conftest import TINY, records, run_script
+    from conftest import TINY, records, run_forked
 
-    run_script("ddp.py", TINY + ["-b", "4", "--global-batch", "16", "--epochs", "1",
+    run_forked("ddp.py", TINY + ["-b", "4", "--global-batch", "16", "--epochs", "1",
                                  "--steps-per-epoch", "2", "--logdir", tmp_path,
                                  "--run-name", "kept", tiny_imagefolder], nproc=2)
     run = records(tmp_path / "kept", "run")[0]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from conftest import REPO, TINY, records, run_script, weights
+from conftest import REPO, TINY, records, run_forked, weights
 
 PRESETS = sorted((REPO / "recipes").glob("*.toml"))
 # A preset scaled down to the tiny set: small model, crops and batch, 9 one-step epochs (longer
@@ -21,7 +21,7 @@ SCALED_DOWN = ["-a", TINY[1], "-b", "8", "--epochs", "9", "--steps-per-epoch", "
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
 def test_each_preset_trains_a_few_steps(preset, tiny_imagefolder, tmp_path):
-    proc = run_script("ddp_apex.py", ["--config", preset, *SCALED_DOWN, "--logdir", tmp_path,
+    proc = run_forked("ddp_apex.py", ["--config", preset, *SCALED_DOWN, "--logdir", tmp_path,
                                       "--run-name", "r", tiny_imagefolder])
     assert "=> recipe " in proc.stdout and "--grad-accum" in proc.stdout  # what it changed
     run = records(tmp_path / "r", "run")[0]
@@ -39,8 +39,8 @@ def test_a_saved_config_repeats_the_run(tiny_imagefolder, tmp_path):
                    "--lr-schedule", "cosine", "--mixup-alpha", "0.2", "--cutmix-alpha", "1",
                    "--auto-augment", "ta_wide", "--model-ema", "--model-ema-steps", "2",
                    "--logdir", tmp_path]
-    run_script("nd.py", args + ["--run-name", "first", tiny_imagefolder])
-    run_script("nd.py", ["--config", tmp_path / "first", "--run-name", "again"])
+    run_forked("nd.py", args + ["--run-name", "first", tiny_imagefolder])
+    run_forked("nd.py", ["--config", tmp_path / "first", "--run-name", "again"])
     first, again = (records(tmp_path / name, "train") for name in ("first", "again"))
     assert [r["loss"] for r in first] == [r["loss"] for r in again]
     assert records(tmp_path / "again", "run")[0]["config"]["auto_augment"] == "ta_wide"
@@ -73,8 +73,8 @@ def _assert_close(a, b):
 @pytest.mark.slow
 def test_ema_and_clipping_are_the_same_under_ddp_and_horovod(tiny_imagefolder, tmp_path):
     common = PARITY + ["--logdir", tmp_path, tiny_imagefolder]
-    run_script("nd.py", common + ["-b", "8", "--run-name", "nd"])
-    run_script("ddp.py", common + ["-b", "4", "--sync-bn", "--run-name", "ddp"], nproc=2)
+    run_forked("nd.py", common + ["-b", "8", "--run-name", "nd"])
+    run_forked("ddp.py", common + ["-b", "4", "--sync-bn", "--run-name", "ddp"], nproc=2)
     for key in ("model", "model_ema"):
         _assert_close(_state(tmp_path / "nd", key), _state(tmp_path / "ddp", key))
     ema, model = _state(tmp_path / "nd", "model_ema"), _state(tmp_path / "nd", "model")
@@ -83,7 +83,7 @@ def test_ema_and_clipping_are_the_same_under_ddp_and_horovod(tiny_imagefolder, t
     assert [v["top1"] for v in nd_val] == pytest.approx(
         [v["top1"] for v in records(tmp_path / "ddp", "val_ema")])
     # Sensitivity: the clip is active (without it the run differs).
-    run_script("nd.py", UNCLIPPED + ["--logdir", tmp_path, "-b", "8", "--run-name",
+    run_forked("nd.py", UNCLIPPED + ["--logdir", tmp_path, "-b", "8", "--run-name",
                                      "unclipped", tiny_imagefolder])
     unclipped = _state(tmp_path / "unclipped", "model")
     assert max((unclipped[k] - model[k]).abs().max().item() for k in model) > 1e-3

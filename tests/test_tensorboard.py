@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, TINY, records, run_script, unused_port
+from conftest import REPO, TINY, records, run_forked, unused_port
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -28,9 +28,9 @@ def runs(tiny_imagefolder, tmp_path_factory):
     and the synchronous parameter server with 2 workers x 8."""
     logdir = tmp_path_factory.mktemp("tb_runs")
     common = TINY + ["-p", "2", "--epochs", "1", "--logdir", logdir, tiny_imagefolder]
-    run_script("nd.py", common + ["-b", "8", "--run-name", "nd"])
-    run_script("ddp.py", common + ["-b", "8", "--run-name", "ddp"], nproc=2)
-    run_script("ps.py", common + ["-b", "8", "--run-name", "ps"], nproc=3)
+    run_forked("nd.py", common + ["-b", "8", "--run-name", "nd"])
+    run_forked("ddp.py", common + ["-b", "8", "--run-name", "ddp"], nproc=2)
+    run_forked("ps.py", common + ["-b", "8", "--run-name", "ps"], nproc=3)
     return logdir
 
 

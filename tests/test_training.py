@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, NO_NATIVE_BF16, RESNET18, TESTS, TINY, read_jsonl, records,
-                      run_script)
+                      run_forked, run_script)
 
 
 def _weights(path):
@@ -21,9 +21,9 @@ def test_resume_continues_exactly(tiny_imagefolder, tmp_path):
     """2 epochs straight == 1 epoch, then --resume for the second: identical weights, bit for
     bit, with an lr drop at epoch 1 so the scheduler position must be restored too."""
     common = TINY + ["-b", "16", "--lr-steps", "1", "--logdir", tmp_path, "--seed", "1"]
-    run_script("nd.py", common + ["--epochs", "2", "--run-name", "straight", tiny_imagefolder])
-    run_script("nd.py", common + ["--epochs", "1", "--run-name", "first", tiny_imagefolder])
-    run_script("nd.py", common + ["--epochs", "2", "--run-name", "resumed",
+    run_forked("nd.py", common + ["--epochs", "2", "--run-name", "straight", tiny_imagefolder])
+    run_forked("nd.py", common + ["--epochs", "1", "--run-name", "first", tiny_imagefolder])
+    run_forked("nd.py", common + ["--epochs", "2", "--run-name", "resumed",
                                   "--resume", tmp_path / "first/checkpoint.pth", tiny_imagefolder])
     straight = _weights(tmp_path / "straight/checkpoint.pth")
     resumed = _weights(tmp_path / "resumed/checkpoint.pth")
@@ -52,7 +52,7 @@ def test_a_checkpoint_written_before_the_option_sections_resumes_exactly(tmp_pat
     run = tmp_path / "old"
     run.mkdir()
     shutil.copy(TESTS / "checkpoints/838b197-epoch0.pth", run / "checkpoint.pth")
-    proc = run_script("nd.py", [*made["args"], "--logdir", tmp_path, "--run-name", "old",
+    proc = run_forked("nd.py", [*made["args"], "--logdir", tmp_path, "--run-name", "old",
                                 "--resume", "auto"])
     assert "checkpoint.pth" in proc.stdout
     logged = [r for r in read_jsonl(run) if r["kind"] in ("train", "val", "val_ema", "end")]
@@ -69,23 +69,23 @@ def test_a_checkpoint_written_before_the_option_sections_resumes_exactly(tmp_pat
 @pytest.mark.slow
 def test_resume_auto_picks_the_latest_checkpoint(tiny_imagefolder, tmp_path):
     common = TINY + ["-b", "16", "--logdir", tmp_path, "--run-name", "job"]
-    run_script("nd.py", common + ["--epochs", "1", tiny_imagefolder])
-    proc = run_script("nd.py", common + ["--epochs", "2", "--resume", "auto", tiny_imagefolder])
+    run_forked("nd.py", common + ["--epochs", "1", tiny_imagefolder])
+    proc = run_forked("nd.py", common + ["--epochs", "2", "--resume", "auto", tiny_imagefolder])
     assert "checkpoint.pth" in proc.stdout
     epochs = [r["epoch"] for r in records(tmp_path / "job", "train_epoch")]
     assert epochs == [0, 1]  # epoch 0 from the first run, epoch 1 from the resumed one
     # The schedule follows the CURRENT command (a new --lr), not the checkpoint's.
-    run_script("nd.py", common + ["--epochs", "3", "--lr", "0.2", "--resume", "auto",
+    run_forked("nd.py", common + ["--epochs", "3", "--lr", "0.2", "--resume", "auto",
                                   tiny_imagefolder])
     last = [r for r in records(tmp_path / "job", "train") if r["epoch"] == 2]
     assert last and all(r["lr"] == pytest.approx(0.2 * 16 / 256) for r in last)
     # Another --run-name never continues this run: it starts from scratch.
-    proc = run_script("nd.py", TINY + ["-b", "16", "--logdir", tmp_path, "--run-name", "other",
+    proc = run_forked("nd.py", TINY + ["-b", "16", "--logdir", tmp_path, "--run-name", "other",
                                        "--epochs", "1", "--resume", "auto", tiny_imagefolder])
     assert "starting from scratch" in proc.stdout
     assert [r["epoch"] for r in records(tmp_path / "other", "train_epoch")] == [0]
     # Reusing a run's name without --resume would overwrite its checkpoints: refused.
-    proc = run_script("nd.py", common + ["--epochs", "4", tiny_imagefolder], check=False)
+    proc = run_forked("nd.py", common + ["--epochs", "4", tiny_imagefolder], check=False)
     assert proc.returncode == 2 and "already holds a run's checkpoint" in proc.stderr
 
 
@@ -95,7 +95,7 @@ def validated_on_one(tiny_imagefolder, tmp_path_factory):
     one trained checkpoint (2 epochs of 1 step: validate.logdir / "trained"), validated once
     per backend by one process (made once, shared)."""
     logdir = tmp_path_factory.mktemp("validated_on_one")
-    run_script("nd.py", TINY + ["-b", "16", "--steps-per-epoch", "1", "--epochs", "2",
+    run_forked("nd.py", TINY + ["-b", "16", "--steps-per-epoch", "1", "--epochs", "2",
                                 "--logdir", logdir, "--run-name", "trained", tiny_imagefolder])
     done = {}
 
@@ -103,7 +103,7 @@ def validated_on_one(tiny_imagefolder, tmp_path_factory):
         if backend not in done:
             evaluate = TINY + LOADER_WORKERS + ["-e", "--resume", logdir / "trained/checkpoint.pth",
                                                 "-b", "6", "--data-backend", backend]
-            run_script("nd.py", evaluate + ["--logdir", logdir, "--run-name", f"val1-{backend}",
+            run_forked("nd.py", evaluate + ["--logdir", logdir, "--run-name", f"val1-{backend}",
                                             tiny_imagefolder])
             done[backend] = evaluate, records(logdir / f"val1-{backend}", "val")[0]
         return done[backend]
@@ -121,7 +121,7 @@ def test_distributed_validation_is_exact(validated_on_one, tiny_imagefolder, tmp
     ranks run different numbers of batches) and, at batch 6, every shard ends in a partial
     batch: the even split of 2 ranks has nothing these lack."""
     evaluate, single = validated_on_one(backend)
-    run_script("ddp.py", evaluate + ["--logdir", tmp_path, "--run-name", "valN",
+    run_forked("ddp.py", evaluate + ["--logdir", tmp_path, "--run-name", "valN",
                                      tiny_imagefolder], nproc=nproc)
     multi = records(tmp_path / "valN", "val")[0]
     assert single["count"] == multi["count"] == 20  # every val image exactly once
@@ -137,7 +137,7 @@ def test_evaluating_a_run_dir_names_the_epoch_of_its_weights(validated_on_one, t
     """`-e --resume RUN_DIR` evaluates that run's newest checkpoint, says which epoch's weights
     they are (the training run's numbering), and measures what the run measured then."""
     run = validated_on_one.logdir / "trained"
-    proc = run_script("nd.py", TINY + ["-b", "16", "-e", "--resume", run, "--logdir", tmp_path,
+    proc = run_forked("nd.py", TINY + ["-b", "16", "-e", "--resume", run, "--logdir", tmp_path,
                                        "--run-name", "eval", tiny_imagefolder])
     assert f"evaluating {run / 'checkpoint.pth'}: the weights of epoch 1 " \
            "(step 2)" in proc.stdout, proc.stdout
@@ -215,7 +215,7 @@ def _assert_tensorboard_events(run_dir, train, val):
 def test_dp_script_on_cpu_runs_the_plain_module_without_the_wrapper(tiny_imagefolder, tmp_path):
     """nn.DataParallel needs GPUs; on a CPU the script trains the bare module on one device and
     says so. (The wrapper's replicas are exercised on CPU by tests/test_precision.py.)"""
-    proc = run_script("dp.py", TINY + ["-b", "16", "--epochs", "1", "--steps-per-epoch", "2",
+    proc = run_forked("dp.py", TINY + ["-b", "16", "--epochs", "1", "--steps-per-epoch", "2",
                                        "--logdir", tmp_path, "--run-name", "dp",
                                        tiny_imagefolder])
     assert "DataParallel without GPUs runs the model on the CPU as a plain module" in proc.stdout
@@ -264,7 +264,7 @@ def test_grad_accum_matches_a_big_batch(tiny_imagefolder, tmp_path, monkeypatch)
 
 @pytest.mark.slow
 def test_desired_acc_stops_early(tiny_imagefolder, tmp_path):
-    run_script("nd.py", TINY + ["-b", "16", "--epochs", "5", "--steps-per-epoch", "1",
+    run_forked("nd.py", TINY + ["-b", "16", "--epochs", "5", "--steps-per-epoch", "1",
                                 "--desired-acc", "0", "--logdir", tmp_path, "--run-name", "stop",
                                 tiny_imagefolder])
     assert len(records(tmp_path / "stop", "val")) == 1
@@ -281,7 +281,7 @@ def test_ddp_comm_hooks_change_the_communication_not_the_training(tiny_imagefold
                      "--seed", "2", "--logdir", tmp_path, tiny_imagefolder]
     runs = {"none": [], "fp16": [], "powersgd": ["--powersgd-start-step", "3"]}
     for hook, extra in runs.items():
-        run_script("ddp.py", common + ["--ddp-comm-hook", hook, "--run-name", hook, *extra],
+        run_forked("ddp.py", common + ["--ddp-comm-hook", hook, "--run-name", hook, *extra],
                    nproc=2)
     losses = {hook: [r["loss"] for r in records(tmp_path / hook, "train")] for hook in runs}
     for hook in runs:
@@ -308,7 +308,7 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
     import shlex
 
     run_dir = tmp_path / "run"
-    proc = run_script("nd.py", TINY + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "2",
+    proc = run_forked("nd.py", TINY + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "2",
                                        "--model-ema", "--model-ema-steps", "1", "--logdir",
                                        tmp_path, "--run-name", "run", tiny_imagefolder])
     val, ema = records(run_dir, "val"), records(run_dir, "val_ema")
@@ -339,14 +339,14 @@ def test_the_end_of_a_run_says_the_bests_and_how_to_evaluate_them(tiny_imagefold
                        str(run_dir / "model_best.pth"), str(tiny_imagefolder)]
     # the printed command, run as printed (into another run dir), takes the model and its
     # sizes from the checkpoint's run (no -a) and scores what training logged
-    evaluated = run_script("nd.py", command[2:] + ["--logdir", tmp_path, "--run-name", "eval"])
+    evaluated = run_forked("nd.py", command[2:] + ["--logdir", tmp_path, "--run-name", "eval"])
     assert f"=> -e: the checkpoint's run set --train-crop-size 32, --arch {TINY[1]}" in \
         evaluated.stdout and "--model-ema" in evaluated.stdout
     again = records(tmp_path / "eval", "val")[0]
     assert (again["top1"], again["count"]) == (best["top1"], best["count"]), evaluated.stdout
     assert again["loss"] == pytest.approx(best["loss"], rel=1e-5)
     # the EMA's best file holds the average as its model: scored alone, it gives the EMA's top-1
-    run_script("nd.py", ["-e", "--resume", run_dir / "model_best_ema.pth", "--no-model-ema",
+    run_forked("nd.py", ["-e", "--resume", run_dir / "model_best_ema.pth", "--no-model-ema",
                          "--logdir", tmp_path, "--run-name", "eval-ema", tiny_imagefolder])
     assert records(tmp_path / "eval-ema", "val")[0]["top1"] == best_ema["top1"]
 
@@ -357,7 +357,7 @@ def test_save_every_keeps_epochs_and_export_weights_loads_into_torchvision(tiny_
     import torchvision
 
     run_dir = tmp_path / "run"
-    run_script("nd.py", RESNET18 + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "1",
+    run_forked("nd.py", RESNET18 + ["-b", "16", "--epochs", "3", "--steps-per-epoch", "1",
                                     "--save-every", "2", "--export-weights", tmp_path / "best.pth",
                                 "--logdir", tmp_path, "--run-name", "run", tiny_imagefolder])
     kept = sorted(p.name for p in run_dir.glob("checkpoint-epoch*.pth"))
@@ -368,7 +368,7 @@ def test_save_every_keeps_epochs_and_export_weights_loads_into_torchvision(tiny_
     best = _weights(run_dir / "model_best.pth")
     assert all(torch.equal(v, best[k]) for k, v in model.state_dict().items())
     # -e exports the weights it evaluated
-    run_script("nd.py", ["-e", "--resume", run_dir / kept[0], "--export-weights",
+    run_forked("nd.py", ["-e", "--resume", run_dir / kept[0], "--export-weights",
                          tmp_path / "epoch1.pth", "--logdir", tmp_path, "--run-name", "eval",
                          tiny_imagefolder])
     exported, saved = torch.load(tmp_path / "epoch1.pth", weights_only=True), _weights(
