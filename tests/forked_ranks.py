@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -73,6 +74,17 @@ def server_socket(env: dict) -> str:
     return _server[1]
 
 
+def forked_cpu() -> float:
+    """CPU seconds of the runs this process's server has forked and reaped so far (0 before it
+    starts): tests/cpu_profile.py counts a test's forked runs with it."""
+    if _server is None or _server[0].poll() is not None:
+        return 0.0
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(_server[1])
+        socket.send_fds(conn, [json.dumps({"stats": True}).encode()], [])
+        return struct.unpack("!d", _read(conn, 8))[0]
+
+
 def command(nproc: int, program: list) -> list:
     """The argv that runs `program` (SCRIPT ARGS, or -m MODULE ARGS) through the server: one
     process (nproc 0) or torchrun's N ranks."""
@@ -110,6 +122,11 @@ def serve(path: str) -> None:
                 conn, _ = listener.accept()
                 message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
                 request = json.loads(message)
+                if request.get("stats"):  # the CPU seconds of every run finished so far
+                    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    conn.sendall(struct.pack("!d", used.ru_utime + used.ru_stime))
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     os.close(wake_r)

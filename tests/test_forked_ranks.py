@@ -21,6 +21,10 @@ print("argv", sys.argv[1:], "cwd", os.getcwd(), "script dir first", sys.path[0],
 print("rank", os.environ.get("RANK"), "of", os.environ.get("WORLD_SIZE"),
       "at", os.environ.get("MASTER_PORT"), "asked", os.environ.get("ASKED"), "pid", os.getpid())
 print("to stderr", file=sys.stderr)
+if "--burn" in sys.argv:  # 0.3 CPU-seconds
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
 if "--wait" in sys.argv:
     signal.signal(signal.SIGTERM, lambda *_: (print("got SIGTERM", flush=True), sys.exit(7)))
     open(sys.argv[-1], "w").write(str(os.getpid()))
@@ -37,9 +41,14 @@ def script(tmp_path):
 
 
 def test_a_forked_run_is_the_scripts_own_process(script):
-    proc = run_forked(str(script), ["a", "b"], env={"ASKED": "yes"}, check=False)
+    """... and its CPU seconds are the server's to tell (tests/cpu_profile.py counts them)."""
+    from forked_ranks import forked_cpu
+
+    before = forked_cpu()
+    proc = run_forked(str(script), ["a", "--burn"], env={"ASKED": "yes"}, check=False)
     assert proc.returncode == 6, proc.stderr  # sys.exit's code (RANK unset: 3 + 3)
-    assert f"argv ['a', 'b'] cwd {REPO} script dir first {script.parent}" in proc.stdout
+    assert forked_cpu() - before >= 0.25
+    assert f"argv ['a', '--burn'] cwd {REPO} script dir first {script.parent}" in proc.stdout
     assert "rank None of None at None asked yes" in proc.stdout
     assert proc.stderr.strip() == "to stderr"
     pid = int(proc.stdout.split("pid ")[1].split()[0])
