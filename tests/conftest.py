@@ -158,16 +158,20 @@ def script_command(script: str, args: List, nproc: int = 0,
     """train/<script> (or a path from the repository root, or a module of the package run with
     -m, e.g. imagenet_recipes.experiments.local_sgd) with plain python (nproc=0) or torchrun
     --nproc_per_node=nproc."""
-    if script.startswith("imagenet_recipes."):
-        program = ["-m", script]
-    else:
-        program = [str(REPO / script if "/" in script else TRAIN / script)]
+    program = script_program(script)
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", *torchrun_args, *program]
     else:
         cmd = [sys.executable, *program]
     return cmd + [str(a) for a in args]
+
+
+def script_program(script: str) -> List[str]:
+    """What follows `python` for script_command's `script`: a path, or -m and a module."""
+    if script.startswith("imagenet_recipes."):
+        return ["-m", script]
+    return [str(REPO / script if "/" in script else TRAIN / script)]
 
 
 def traced(script: str, trace_dir: Path, delay_s: float = 0.0) -> Tuple[List[str], dict]:
@@ -216,12 +220,10 @@ def run_forked(script: str, args: List, nproc: int = 0, timeout: int = 600,
     refused = [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
     if refused:
         raise ValueError(f"run_forked cannot set {refused}: use run_script")
-    program = ["-m", script] if script.startswith("imagenet_recipes.") else [
-        str(REPO / script if "/" in script else TRAIN / script)]
     full_env = {**script_env(), **(env or {})}
     full_env["FORKED_RANKS_SOCKET"] = server_socket(script_env())
-    return _run_to_end(command(nproc, program + [str(a) for a in args]), full_env, timeout,
-                       check)
+    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args]),
+                       full_env, timeout, check)
 
 
 def _run_to_end(cmd: List[str], env: dict, timeout: int,
