@@ -222,7 +222,8 @@ def run_forked(script: str, args: List, nproc: int = 0, timeout: int = 600,
         raise ValueError(f"run_forked cannot set {refused}: use run_script")
     full_env = {**script_env(), **(env or {})}
     full_env["FORKED_RANKS_SOCKET"] = server_socket(script_env())
-    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args]),
+    port = unused_port() if nproc else 0
+    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args], port),
                        full_env, timeout, check)
 
 

@@ -85,10 +85,10 @@ def forked_cpu() -> float:
         return struct.unpack("!d", _read(conn, 8))[0]
 
 
-def command(nproc: int, program: list) -> list:
+def command(nproc: int, program: list, port: int = 0) -> list:
     """The argv that runs `program` (SCRIPT ARGS, or -m MODULE ARGS) through the server: one
-    process (nproc 0) or torchrun's N ranks."""
-    role = ["launch", "--nproc", str(nproc)] if nproc else ["run"]
+    process (nproc 0) or torchrun's N ranks, their store on `port`."""
+    role = ["launch", "--nproc", str(nproc), "--port", str(port)] if nproc else ["run"]
     return [sys.executable, __file__, *role, "--", *program]
 
 
@@ -179,10 +179,6 @@ def _child(request: dict, fds: list) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    threads = request["env"].get("OMP_NUM_THREADS")
-    if threads:
-        import torch
-        torch.set_num_threads(int(threads))
     _die_with(request["requester"])
     argv = request["argv"]
     if argv[0] == "-m":
@@ -261,11 +257,9 @@ def _signal(pid: int, number: int) -> None:
         pass
 
 
-def launch(nproc: int, argv: list) -> None:
-    """N ranks, as torchrun --standalone starts them; the first failure stops the rest."""
-    with socket.socket() as probe:  # a free port for the ranks' store
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def launch(nproc: int, port: int, argv: list) -> None:
+    """N ranks, as torchrun --standalone starts them, their store on `port` (conftest's
+    unused_port: below the ephemeral range); the first failure stops the rest."""
     runs = {}
     for rank in range(nproc):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0",
@@ -299,6 +293,7 @@ if __name__ == "__main__":
     elif role == "run":
         run_one(rest[rest.index("--") + 1:])
     elif role == "launch":
-        launch(int(rest[rest.index("--nproc") + 1]), rest[rest.index("--") + 1:])
+        launch(int(rest[rest.index("--nproc") + 1]), int(rest[rest.index("--port") + 1]),
+               rest[rest.index("--") + 1:])
     else:
         raise SystemExit(f"forked_ranks: unknown role {role}")
