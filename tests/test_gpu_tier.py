@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,18 +17,21 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, proc_stat
-from step_hold import plant_env
+from step_hold import held, plant_env, wait_for
 
 GROUPS = ["entries", "precision", "ranks", "resume", "layout", "recipes", "dali", "decode",
           "nccl"]
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU, even on a machine that has one
 
 
-def gpu_check(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
+def gpu_check_env(env=None) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GPU_TIER_")}
+    return {**base, **NO_GPU, "OMP_NUM_THREADS": "1", **(env or {})}
+
+
+def gpu_check(*args, env=None, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "launch/gpu_check.sh", *map(str, args)], capture_output=True,
-                          text=True, cwd=REPO, timeout=timeout,
-                          env={**base, **NO_GPU, "OMP_NUM_THREADS": "1", **(env or {})})
+                          text=True, cwd=REPO, timeout=timeout, env=gpu_check_env(env))
 
 
 def checks(out: Path) -> list:
@@ -101,6 +105,19 @@ def assert_tier_record(out: Path, groups, output: str = "") -> None:
     assert sorted(p.name for p in out.iterdir()) == ["checks.jsonl", "output.log", "runs.jsonl"]
 
 
+def tier_processes(out: Path) -> list:
+    """(pid, argv as bytes) of each live process of a tier run with --out OUT: every process
+    the tier starts inherits its GPU_TIER_OUT."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"GPU_TIER_OUT={out}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((int(entry.name), (entry / "cmdline").read_bytes().split(b"\0")))
+        except OSError:
+            continue
+    return found
+
+
 def tier_checks(groups) -> list:
     """The names of the test functions in those groups' files."""
     import ast
@@ -112,17 +129,34 @@ def tier_checks(groups) -> list:
 
 @pytest.mark.slow
 def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_path):
-    """The ranks group under a time limit, its first check's two ranks held after their first
-    step (tests/plants/step_hold, never released): the group cannot end before its limit,
-    however fast the machine, so the limit always lands inside that check, with its torchrun
-    and ranks (each in a session of its own) and their loader workers alive. The limit need
-    only come after pytest has started the check: 45 s against the 5 s it takes here."""
+    """The ranks group, its first check's two ranks held after their first step
+    (tests/plants/step_hold, never released), and its time limit run out while they are held:
+    the limit lands inside that check however fast or loaded the machine, with its torchrun and
+    ranks (each in a session of its own) and their loader workers alive. The test makes the
+    limit run out then, not after a fixed wait: GNU timeout takes a SIGALRM as the end of its
+    own limit (its timer is SIGALRM), so gpu_check's `timeout` then does what it does at
+    GPU_CHECK_GROUP_LIMIT (SIGTERM to pytest, exit 124), however long the limit."""
     out, hold = tmp_path / "record", tmp_path / "hold"
-    proc = gpu_check("--cpu", "--out", out, "ranks",
-                     env={"GPU_CHECK_GROUP_LIMIT": "45", **plant_env(1, hold)}, timeout=600)
-    assert proc.returncode == 1, proc.stdout[-3000:]
+    log = tmp_path / "gpu_check.log"
+    env = gpu_check_env({"GPU_CHECK_GROUP_LIMIT": "600", **plant_env(1, hold)})
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(["bash", "launch/gpu_check.sh", "--cpu", "--out", str(out),
+                                 "ranks"], stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                cwd=REPO, env=env)
+    try:
+        wait_for(held(hold, 2), "both ranks of the first check held", proc, timeout=300,
+                 output=log.read_text)
+        limit = [pid for pid, argv in tier_processes(out) if argv[0] == b"timeout"]
+        assert len(limit) == 1, tier_processes(out)
+        os.kill(limit[0], signal.SIGALRM)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = log.read_text()
+    assert proc.returncode == 1, output[-3000:]
     # timeout's status: the limit's SIGTERM ended pytest (its SIGKILL, 20 s later, would be 137)
-    assert "gpu_check: group ranks: exit 124 after" in proc.stdout, proc.stdout[-3000:]
+    assert "gpu_check: group ranks: exit 124 after" in output, output[-3000:]
     lines = checks(out)
     stopped = [r for r in lines[1:] if r["status"] == "stopped"]
     assert [r["check"] for r in lines[1:]] == [
@@ -131,12 +165,9 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
 
     def left() -> list:
         found = []
-        for entry in Path("/proc").glob("[0-9]*"):
+        for pid, _ in tier_processes(out):
             try:
-                # every process the tier starts inherits its environment
-                if f"GPU_TIER_OUT={out}".encode() in (entry / "environ").read_bytes().split(
-                        b"\0"):
-                    found.append((entry.name, proc_stat(int(entry.name))[0]))
+                found.append((pid, proc_stat(pid)[0]))
             except OSError:
                 continue
         return found
