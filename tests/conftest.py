@@ -215,16 +215,23 @@ def run_forked(script: str, args: List, nproc: int = 0, timeout: int = 600,
     runs compute, where a tiny run's imports cost ten times its training. `env` may hold only
     what a run reads while it runs: a variable read at interpreter start or at import would be
     the server's, not the run's."""
-    from forked_ranks import IMPORT_TIME_PREFIXES, command, server_socket
+    from forked_ranks import command
+
+    port = unused_port() if nproc else 0
+    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args], port),
+                       forked_env(env), timeout, check)
+
+
+def forked_env(env: Optional[dict] = None) -> dict:
+    """The environment of a run forked through this process's server (run_forked; a launcher
+    such as horovodrun that starts forked_ranks.command(0, ...) as its ranks' command): the
+    tests' run environment, `env` and the server's socket."""
+    from forked_ranks import IMPORT_TIME_PREFIXES, server_socket
 
     refused = [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
     if refused:
-        raise ValueError(f"run_forked cannot set {refused}: use run_script")
-    full_env = {**script_env(), **(env or {})}
-    full_env["FORKED_RANKS_SOCKET"] = server_socket(script_env())
-    port = unused_port() if nproc else 0
-    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args], port),
-                       full_env, timeout, check)
+        raise ValueError(f"a forked run cannot set {refused}: use run_script")
+    return {**script_env(), **(env or {}), "FORKED_RANKS_SOCKET": server_socket(script_env())}
 
 
 def _run_to_end(cmd: List[str], env: dict, timeout: int,

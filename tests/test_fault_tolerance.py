@@ -1,5 +1,8 @@
 """Fault tolerance on CPU with the real scripts: crashes, preemption, dead and hung peers,
-damaged checkpoints and damaged data. Runs are killed and signalled for real."""
+damaged checkpoints and damaged data. Runs are killed and signalled for real, as real processes
+(torchrun and fresh interpreters); the runs around them that nothing interrupts (a reference to
+match, a resume, a run over damaged data) are forked from an interpreter that has imported
+everything already (conftest.run_forked), which computes the same."""
 from __future__ import annotations
 
 import contextlib
@@ -15,7 +18,8 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
-                      proc_stat, read_jsonl, records, run_script, start_script, unused_port)
+                      proc_stat, read_jsonl, records, run_forked, run_script, start_script,
+                      unused_port)
 from step_hold import held, hold_env, release, wait_for
 
 
@@ -74,7 +78,7 @@ DDP_RUN = TINY + LOADER_WORKERS + ["-b", "4", "--epochs", "2", "--lr-steps", "1"
 def uninterrupted_ddp(tiny_imagefolder, tmp_path_factory):
     """The 2-rank run the interrupted ones must reproduce bit for bit (2 epochs x 8 steps)."""
     logdir = tmp_path_factory.mktemp("uninterrupted")
-    run_script("ddp.py", DDP_RUN + ["--logdir", logdir, "--run-name", "ref", tiny_imagefolder],
+    run_forked("ddp.py", DDP_RUN + ["--logdir", logdir, "--run-name", "ref", tiny_imagefolder],
                nproc=2)
     return logdir / "ref/checkpoint.pth"
 
@@ -164,7 +168,7 @@ def test_sigterm_under_torchrun_checkpoints_and_resume_is_exact(tiny_imagefolder
     assert (cut["epoch"], cut["epoch_step"]) == (0, 2)
     assert records(tmp_path / "job", "end")[-1]["reason"] == "preempted by SIGTERM"
 
-    run_script("ddp.py", common + ["--resume", "auto", tiny_imagefolder], nproc=2)
+    run_forked("ddp.py", common + ["--resume", "auto", tiny_imagefolder], nproc=2)
     _assert_same_weights(uninterrupted_ddp, tmp_path / "job/checkpoint.pth")
 
 
@@ -186,7 +190,7 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     common = TINY + LOADER_WORKERS + ["-b", "8", "--epochs", "2", "--lr-steps", "1", "--seed",
                                       "4", "--logdir", tmp_path, "--data-backend", backend,
                                       "--grad-accum", str(accum)]
-    run_script("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
+    run_forked("nd.py", common + ["--checkpoint-every", "3", "--run-name", "straight",
                                   tiny_imagefolder])
     # The run waits after step 2 until the signal has reached it: it stops inside epoch 0, at
     # step 2, whatever the speed of the CPU and of this test's process.
@@ -201,7 +205,7 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     cut = torch.load(tmp_path / "cut/checkpoint.pth", weights_only=True)
     assert (cut["epoch"], cut["epoch_step"]) == (0, 2)  # stopped inside epoch 0, where held
     assert "preempted by SIGUSR1" in records(tmp_path / "cut", "end")[0]["reason"]
-    run_script("nd.py", common + ["--run-name", "cut", "--resume", "auto", tiny_imagefolder])
+    run_forked("nd.py", common + ["--run-name", "cut", "--resume", "auto", tiny_imagefolder])
     _assert_same_weights(tmp_path / "straight/checkpoint.pth", tmp_path / "cut/checkpoint.pth")
     # the resumed process started right after the checkpointed step, inside epoch 0
     resumed_train = [r for r in _runs_after(read_jsonl(tmp_path / "cut"), 1)
@@ -343,10 +347,10 @@ def test_a_failed_checkpoint_write_stops_every_rank_at_once(tiny_imagefolder, tm
 def test_resume_auto_survives_a_damaged_newest_checkpoint(tiny_imagefolder, tmp_path):
     common = TINY + ["-b", "16", "--steps-per-epoch", "1", "--logdir", tmp_path,
                      "--run-name", "job"]
-    run_script("nd.py", common + ["--epochs", "2", tiny_imagefolder])
+    run_forked("nd.py", common + ["--epochs", "2", tiny_imagefolder])
     latest = tmp_path / "job/checkpoint.pth"
     latest.write_bytes(latest.read_bytes()[:1000])  # truncated newest checkpoint
-    proc = run_script("nd.py", common + ["--epochs", "3", "--resume", "auto", tiny_imagefolder])
+    proc = run_forked("nd.py", common + ["--epochs", "3", "--resume", "auto", tiny_imagefolder])
     assert f"{latest} is not a readable checkpoint" in proc.stdout
     assert "checkpoint.prev.pth at epoch 1" in proc.stdout
     second = _runs_after(read_jsonl(tmp_path / "job"), 1)
@@ -368,7 +372,7 @@ def test_damaged_data_is_decoded_or_skipped_and_counted(tiny_imagefolder, tmp_pa
     val_damaged = add_damaged_files(sorted((data / "val").iterdir())[2])
     undecodable = sum(not ok for ok in train_damaged.values())
     # 64 + 6 = 70 train files = 2 ranks x 5 steps x 7: each file is met once per epoch
-    run_script("ddp.py", TINY + ["-b", "7", "--epochs", "1", "--logdir", tmp_path,
+    run_forked("ddp.py", TINY + ["-b", "7", "--epochs", "1", "--logdir", tmp_path,
                                  "--run-name", "damaged", data], nproc=2)
     epoch = records(tmp_path / "damaged", "train_epoch")[0]
     assert epoch["count"] == 70 and epoch["skipped"] == undecodable
@@ -411,7 +415,7 @@ def test_unreadable_images_are_skipped_and_counted(tiny_imagefolder, tmp_path):
     (first_class / "notes.JPEG").write_text("not an image")
     (sorted((data / "val").iterdir())[0] / "empty.JPEG").write_bytes(b"")
     # 66 files = 2 ranks x 3 steps x 11: every file is met exactly once, nothing is dropped
-    run_script("ddp.py", TINY + ["-b", "11", "--epochs", "1", "--logdir", tmp_path,
+    run_forked("ddp.py", TINY + ["-b", "11", "--epochs", "1", "--logdir", tmp_path,
                                  "--run-name", "skip", data], nproc=2)
     epoch = records(tmp_path / "skip", "train_epoch")[0]
     # notes.JPEG sorts right before truncated.JPEG, so the search for notes' replacement meets

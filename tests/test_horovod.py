@@ -13,20 +13,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (REPO, TINY, TRAIN, script_env, assert_resume_is_exact, first_conv_weight,
-                      records, run_script)
+from conftest import (REPO, TINY, TRAIN, assert_resume_is_exact, first_conv_weight, forked_env,
+                      records, run_script, script_env)
+from forked_ranks import command
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
 pytest.importorskip("horovod.torch", reason="Horovod is not built: bash launch/install_horovod.sh")
 
 
-def run_hvd(args, nproc: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_hvd(args, nproc: int = 2, timeout: int = 600,
+            forked: bool = True) -> subprocess.CompletedProcess:
+    """train/hvd.py under `horovodrun -np NPROC --gloo`. forked: each rank's command is the
+    client of this process's fork server (conftest.forked_env), which runs hvd.py in a process
+    forked from an interpreter that has imported everything already; not forked: `python
+    train/hvd.py`, as a user starts it."""
     horovodrun = Path(sys.executable).parent / "horovodrun"
-    cmd = [str(horovodrun), "-np", str(nproc), "--gloo", sys.executable, str(TRAIN / "hvd.py"),
-           *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=script_env(),
-                          cwd=REPO)
+    program = [str(TRAIN / "hvd.py"), *map(str, args)]
+    rank = command(0, program) if forked else [sys.executable, *program]
+    proc = subprocess.run([str(horovodrun), "-np", str(nproc), "--gloo", *rank],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=forked_env() if forked else script_env(), cwd=REPO)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -41,8 +48,9 @@ def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path):
     run_script("ddp.py", PARITY + ["--logdir", tmp_path, "--run-name", "ddp", tiny_imagefolder],
                nproc=2)
     ddp_losses = [r["loss"] for r in records(tmp_path / "ddp", "train")]
+    # as a user starts it: the other tests' horovodrun runs are forked
     run_hvd(PARITY + ["--fp16-allreduce", "--logdir", tmp_path, "--run-name", "fp16",
-                      tiny_imagefolder])
+                      tiny_imagefolder], forked=False)
     losses = [r["loss"] for r in records(tmp_path / "fp16", "train")]
     assert len(losses) == len(ddp_losses) == 4
     assert len(set(round(v, 3) for v in ddp_losses)) == 4  # the model really moves

@@ -1,6 +1,7 @@
 """Resuming on another number of processes: a mid-epoch checkpoint continues with every sample
 of the epoch trained on exactly once, and where exact continuation is impossible the run says so
-(exit 2). Real torchrun runs, interrupted by SIGTERM as a job scheduler does."""
+(exit 2). Real torchrun runs, interrupted by SIGTERM as a job scheduler does; the runs that
+only make a checkpoint to start from are forked (conftest.run_forked)."""
 from __future__ import annotations
 
 import signal
@@ -10,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, TESTS, TINY, records, run_script, traced, traced_samples
+from conftest import (REPO, TESTS, TINY, records, run_forked, run_script, traced,
+                      traced_samples)
 from step_hold import held, hold_env, release, wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -76,7 +78,7 @@ def test_a_position_the_new_global_batch_cannot_reach_is_refused(tiny_imagefolde
     """A checkpoint taken after 12 samples (3 steps of 4 on one process) cannot continue
     exactly with global batch 8 (2 processes x 4): exit 2 naming both world sizes."""
     args = TINY + ["-b", "4", "--epochs", "1", "--steps-per-epoch", "3", "--logdir", tmp_path]
-    run_script("ddp.py", args + ["--run-name", "one", tiny_imagefolder])
+    run_forked("ddp.py", args + ["--run-name", "one", tiny_imagefolder])
     state = torch.load(tmp_path / "one/checkpoint.pth", weights_only=True)
     # As the preemption signal would have left it: inside epoch 0, after 3 steps.
     state.update(epoch=0, epoch_step=3, epoch_samples=12)
@@ -95,11 +97,11 @@ def test_a_checkpoint_past_the_last_step_of_this_runs_epoch_goes_on_to_validatio
     nothing of epoch 0 is left to train, whether or not 8 divides 36; the run validates epoch 0
     and goes on with epoch 1."""
     args = TINY + ["-b", "4", "--steps-per-epoch", "3", "--logdir", tmp_path]
-    run_script("ddp.py", args + ["--epochs", "1", "--run-name", "one", tiny_imagefolder])
+    run_forked("ddp.py", args + ["--epochs", "1", "--run-name", "one", tiny_imagefolder])
     state = torch.load(tmp_path / "one/checkpoint.pth", weights_only=True)
     state.update(epoch=0, epoch_step=9, epoch_samples=36)
     torch.save(state, tmp_path / "late.pth")
-    run_script("ddp.py", args + ["--epochs", "2", "--run-name", "two", "--resume",
+    run_forked("ddp.py", args + ["--epochs", "2", "--run-name", "two", "--resume",
                                  tmp_path / "late.pth", tiny_imagefolder], nproc=2)
     assert [r["epoch"] for r in records(tmp_path / "two", "val")] == [0, 1]
     assert {r["epoch"] for r in records(tmp_path / "two", "train")} == {1}
