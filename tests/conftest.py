@@ -19,7 +19,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 # One compute thread in the test processes themselves too, as in every process they start (see
 # script_env): two pytest workers with a thread per core each, beside the runs they start, leave
@@ -232,6 +232,18 @@ def forked_env(env: Optional[dict] = None) -> dict:
     if refused:
         raise ValueError(f"a forked run cannot set {refused}: use run_script")
     return {**script_env(), **(env or {}), "FORKED_RANKS_SOCKET": server_socket(script_env())}
+
+
+def spawn_ranks(fn: Callable, args: tuple, nprocs: int) -> None:
+    """mp.spawn(fn, args, nprocs), its ranks forked from a fork server (one per test process,
+    torch.multiprocessing's "forkserver" start) that has imported torch and fn's module once: a
+    spawned rank starts a fresh interpreter that imports them again, 6-7 CPU-seconds each. The
+    ranks inherit nothing else of this process (its threads, its state), as spawned ones."""
+    import torch.multiprocessing as mp
+
+    # read when the server starts, the first call's: every caller asks for torch and its module
+    mp.get_context("forkserver").set_forkserver_preload(["torch", fn.__module__])
+    mp.start_processes(fn, args=args, nprocs=nprocs, start_method="forkserver")
 
 
 def _run_to_end(cmd: List[str], env: dict, timeout: int,

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import TINY, assert_resume_is_exact, run_forked, unused_port
+from conftest import TINY, assert_resume_is_exact, run_forked, spawn_ranks, unused_port
 from imagenet_recipes.models import build_model
 from imagenet_recipes.strategies import FSDPStrategy
 from test_bad_input import run_in_process
@@ -59,7 +59,7 @@ def _overflow_rank(rank: int, port: int, results) -> None:
 @pytest.mark.slow
 def test_an_overflow_in_one_ranks_shard_skips_the_step_on_every_rank():
     results = mp.Manager().dict()
-    mp.spawn(_overflow_rank, args=(unused_port(), results), nprocs=2)
+    spawn_ranks(_overflow_rank, (unused_port(), results), nprocs=2)
     assert results[0] == results[1] == {"skipped": True, "scale": 32768.0}
 
 

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torchvision
 
-from conftest import unused_port
+from conftest import spawn_ranks, unused_port
 
 from imagenet_recipes.config import UsageError
 from imagenet_recipes.precision import Precision, StaticLossScaler
@@ -302,7 +302,7 @@ def _overflow_rank(rank: int, port: int, level: str, results) -> None:
 @pytest.mark.parametrize("level", ["O1", "O2"])
 def test_fp16_overflow_on_one_rank_skips_the_step_on_every_rank(level):
     results = mp.Manager().dict()
-    mp.spawn(_overflow_rank, args=(unused_port(), level, results), nprocs=2)
+    spawn_ranks(_overflow_rank, (unused_port(), level, results), nprocs=2)
     assert results[0]["skipped"] and results[1]["skipped"]
     assert results[0]["scale"] == results[1]["scale"] == 32768.0  # 65536 halved, on both
     for name, value in results[0]["weights"].items():
@@ -361,7 +361,7 @@ def _powersgd_rank(rank: int, port: int, level: str, overflow_at, results) -> No
 
 def _run_powersgd(level, overflow_at):
     results = mp.Manager().dict()
-    mp.spawn(_powersgd_rank, args=(unused_port(), level, overflow_at, results), nprocs=2)
+    spawn_ranks(_powersgd_rank, (unused_port(), level, overflow_at, results), nprocs=2)
     return dict(results)
 
 
