@@ -4,10 +4,11 @@ does, and resumes (from its own checkpoint or from an eager run's) to the same s
 torch.compile (inductor's C++ kernels on the CPU) costs far more than these runs' training: on a
 2-core CPU (busy with other tests) 49 s for test_resnet's training graph (forward and backward)
 and 12 s for its evaluation graph, cold; 2 s and 0.6 s from inductor's cache (measured). A
-test's runs share one inductor cache (TORCHINDUCTOR_CACHE_DIR, empty at the test's start), so
-each graph is compiled once, as on a fresh machine, and the later runs load it: each test takes
-70 s alone, 100-130 s beside the suite's other worker (measured). Batches of 4 fill every training and validation batch (64 and 20 images), so no
-run compiles a second graph for a shorter last batch.
+test's compiled runs share one inductor cache (TORCHINDUCTOR_CACHE_DIR, empty at the test's
+start), so each graph is compiled once, as on a fresh machine, and the later runs load it; the
+eager runs are forked (conftest.run_forked). Each test takes 70 s alone, 100-130 s beside the
+suite's other worker (measured). Batches of 4 fill every training and validation batch (64 and
+20 images), so no run compiles a second graph for a shorter last batch.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from conftest import (TINY, assert_resume_is_exact, first_conv_weight, records,
-                      run_script, weights)
+                      run_forked, run_script, weights)
 from imagenet_recipes.models import build_model
 
 # Every test here starts real processes. Both in one xdist group: each compiles for a minute
@@ -71,15 +72,15 @@ def test_compiled_run_trains_and_resumes_as_the_eager_one(tiny_imagefolder, tmp_
     test below."""
     common = RUN + ["--float64", "--epochs", "2", "--logdir", tmp_path]
 
-    def launch(name, *extra):
-        run_script("nd.py", [*common, "--run-name", name, *extra, tiny_imagefolder],
-                   env=inductor_cache)
+    def argv(name, *extra):
+        return [*common, "--run-name", name, *extra, tiny_imagefolder]
 
+    # the eager runs forked (conftest.run_forked: no inductor setting reaches them, none needed),
+    # the compiled one a fresh interpreter with the test's own inductor cache
+    run_forked("nd.py", argv("eager"))
+    run_forked("nd.py", argv("resumed", "--epochs", "1"))  # the last --epochs wins
+    run_script("nd.py", argv("resumed", "--compile", "--resume", "auto"), env=inductor_cache)
     cache = Path(inductor_cache["TORCHINDUCTOR_CACHE_DIR"])
-    launch("eager")
-    assert not any(cache.iterdir())
-    launch("resumed", "--epochs", "1")  # eager; the last --epochs wins
-    launch("resumed", "--compile", "--resume", "auto")
     assert any(cache.rglob("*.so")), "the compiled run left no compiled kernel"
     eager, resumed = weights(tmp_path / "eager"), weights(tmp_path / "resumed")
     configs = [r["config"]["compile"] for r in records(tmp_path / "resumed", "run")]

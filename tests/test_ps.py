@@ -1,4 +1,6 @@
-"""Parameter server (train/ps.py) on CPU: real processes, real RPC (TensorPipe on loopback)."""
+"""Parameter server (train/ps.py) on CPU: a process per rank, real RPC (TensorPipe on loopback);
+the ranks are forked from an interpreter that has imported everything already
+(conftest.run_forked, forked_env), and signalled and killed as processes."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,14 +8,14 @@ import heapq
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TESTS, TINY, TRAIN, script_env,
+from conftest import (LOADER_WORKERS, REPO, RESNET18, SLOW_PS, TESTS, TINY, TRAIN, forked_env,
                       records, run_forked, traced, traced_samples, unused_port)
+from forked_ranks import command
 from step_hold import hold_env, release, wait_for
 
 from imagenet_recipes.data import ShardedSampler
@@ -223,24 +225,28 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
 
 def _start_ranks(args, world, tmp_path, trace_dir=None, sample_delay_s=0.0, held=None):
     """The ranks as separate processes, as srun would start them (no torchrun agent that
-    would stop everyone when one exits); with `trace_dir`, their samples traced (and each
-    handed out `sample_delay_s` late); with `held` = (rank, dir), that rank held after its
-    first training step until step_hold.release(dir)."""
+    would stop everyone when one exits), each forked from the fork server (conftest.forked_env:
+    a signal to one of these processes reaches its rank, and a rank whose process is killed
+    dies with it); with `trace_dir`, their samples traced (and each handed out `sample_delay_s`
+    late); with `held` = (rank, dir), that rank held after its first training step until
+    step_hold.release(dir)."""
     port = unused_port()
-    script, env = ([str(TRAIN / "ps.py")], script_env()) if trace_dir is None else traced(
-        "ps.py", trace_dir, sample_delay_s)
+    script, extra = [str(TRAIN / "ps.py")], {}
+    if trace_dir is not None:
+        script, env = traced("ps.py", trace_dir, sample_delay_s)
+        extra = {"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"]}
     procs = []
     for rank in range(world):
-        rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        rank_env = {**extra, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                     "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
         prefix = []
         if held is not None and rank == held[0]:
             prefix, rank_env = [str(TESTS / "step_hold.py")], {**rank_env,
                                                                 **hold_env(1, held[1])}
         out = open(tmp_path / f"rank{rank}.txt", "w")
-        procs.append(subprocess.Popen([sys.executable, *prefix, *script, *map(str, args)],
-                                      stdout=out, stderr=subprocess.STDOUT, env=rank_env,
-                                      cwd=REPO))
+        procs.append(subprocess.Popen(command(0, [*prefix, *script, *map(str, args)]),
+                                      stdout=out, stderr=subprocess.STDOUT,
+                                      env=forked_env(rank_env), cwd=REPO))
     return procs
 
 
