@@ -131,10 +131,20 @@ def script_env() -> dict:
 def run_tool(tool: str, *args, timeout: int = 300,
              env: Optional[dict] = None) -> subprocess.CompletedProcess:
     """`python -m imagenet_recipes.bench.<tool> ARGS` from the repository root, as a user runs
-    it (the package is installed in the environment: launch/env.sh, or pip install -e .)."""
-    return subprocess.run([sys.executable, "-m", f"imagenet_recipes.bench.{tool}",
-                           *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env={**script_env(), **(env or {})})
+    it (the package is installed in the environment: launch/env.sh, or pip install -e .). The
+    tool's own process is forked through this process's server (run_forked: its imports made
+    already), unless `env` sets a variable read at interpreter start or import (a planted
+    module on PYTHONPATH): then a fresh interpreter. The runs the tool starts are its own, real
+    processes either way."""
+    from forked_ranks import IMPORT_TIME_PREFIXES, command
+
+    program = ["-m", f"imagenet_recipes.bench.{tool}", *map(str, args)]
+    if any(name.startswith(IMPORT_TIME_PREFIXES) for name in env or {}):
+        cmd, full_env = [sys.executable, *program], {**script_env(), **env}
+    else:
+        cmd, full_env = command(0, program), forked_env(env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                          env=full_env)
 
 
 LAB = REPO / "lab"
