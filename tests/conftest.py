@@ -136,10 +136,10 @@ def run_tool(tool: str, *args, timeout: int = 300,
     already), unless `env` sets a variable read at interpreter start or import (a planted
     module on PYTHONPATH): then a fresh interpreter. The runs the tool starts are its own, real
     processes either way."""
-    from forked_ranks import IMPORT_TIME_PREFIXES, command
+    from forked_ranks import command
 
     program = ["-m", f"imagenet_recipes.bench.{tool}", *map(str, args)]
-    if any(name.startswith(IMPORT_TIME_PREFIXES) for name in env or {}):
+    if import_time_names(env):
         cmd, full_env = [sys.executable, *program], {**script_env(), **env}
     else:
         cmd, full_env = command(0, program), forked_env(env)
@@ -236,12 +236,20 @@ def forked_env(env: Optional[dict] = None) -> dict:
     """The environment of a run forked through this process's server (run_forked; a launcher
     such as horovodrun that starts forked_ranks.command(0, ...) as its ranks' command): the
     tests' run environment, `env` and the server's socket."""
-    from forked_ranks import IMPORT_TIME_PREFIXES, server_socket
+    from forked_ranks import server_socket
 
-    refused = [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
+    refused = import_time_names(env)
     if refused:
         raise ValueError(f"a forked run cannot set {refused}: use run_script")
     return {**script_env(), **(env or {}), "FORKED_RANKS_SOCKET": server_socket(script_env())}
+
+
+def import_time_names(env: Optional[dict]) -> List[str]:
+    """The variables of `env` that a process reads at its start or import: a forked run would
+    have the server's (tests/forked_ranks.py)."""
+    from forked_ranks import IMPORT_TIME_PREFIXES
+
+    return [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
 
 
 def spawn_ranks(fn: Callable, args: tuple, nprocs: int) -> None:
