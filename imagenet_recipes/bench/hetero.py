@@ -85,7 +85,7 @@ def jobs(args, out: Path, data: Path) -> List[tuple]:
     common = ["-a", args.arch, "--image-size", str(args.image_size), "-b", str(args.batch_size),
               "--epochs", str(args.epochs), "--lr", str(args.lr), "--warmup-epochs",
               str(args.warmup_epochs), "--lr-schedule", "cosine", "-p", str(args.print_freq),
-              "-j", "1", "--logdir", str(out), str(data)]
+              "-j", str(args.loader_workers), "--logdir", str(out), str(data)]
     listed = []
     for seed in range(args.repeats):
         for profile in args.profiles:

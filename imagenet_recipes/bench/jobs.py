@@ -223,6 +223,8 @@ def study_arguments(parser, prefix: str, repeats: int, esync_epsilon_help: str) 
     add("--warmup-epochs", type=float, default=1)
     add("-p", "--print-freq", type=int, default=5)
     add("--train-per-class", type=int, default=64)
+    add("-j", "--loader-workers", type=int, default=1,
+        help="loader processes per worker (0: each worker loads its own batches)")
     add("--esync-epsilon", type=float, default=0.05, help=esync_epsilon_help)
     add("--threads", type=int, default=1, help="OMP threads per process")
     add("--timeout", type=float, default=1200, help="seconds per run")

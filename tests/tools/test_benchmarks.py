@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_jsonl, run_tool
+from conftest import REPO, TINY, read_jsonl, run_tool
 
 
 
@@ -255,9 +255,10 @@ def test_a_tool_runs_from_any_folder_with_no_pythonpath(tmp_path):
 @pytest.mark.slow
 def test_bench_recipes_scales_each_preset_to_the_budget_and_runs_it(tmp_path):
     out, data = tmp_path / "study", tmp_path / "data"
+    # the tiny model, loading in the trainer: what is checked is how each preset is scaled
     proc = run_tool("recipes", "--epochs", "2", "--classes", "4", "--train-per-class", "8",
-                    "--val-per-class", "3", "--image-size", "32", "-b", "8", "--data", data,
-                    "--out", out)
+                    "--val-per-class", "3", "--image-size", "32", "-b", "8", "-a", TINY[1],
+                    "-j", "0", "--data", data, "--out", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if "val top-1 final" in line]
     assert [line.split(":")[0] for line in lines] == ["torchvision_v1-s0", "torchvision_v2-s0"]

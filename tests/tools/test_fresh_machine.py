@@ -82,6 +82,8 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     assert (tmp / "imagenet_recipes-jpegs/cpu/train").is_dir()
     assert f"JPEG set in {tmp}/imagenet_recipes-jpegs/cpu" in log
     probe = (back / "probe.txt").read_text()
+    for package in ("torch", "nvidia.dali", "horovod"):  # its look at what the machine has
+        assert re.search(rf"^gpu_check: .*{re.escape(package)}", probe, re.M), probe
     for decoder in ("torchcodec", "nvimgcodec", "nvimgcodec-whole"):
         assert re.search(rf"^gpu_check: decoder {decoder} +OK: .*the CPU", probe, re.M), probe
     # each record: the decode-only rows first, nd-synthetic measured there and reused after

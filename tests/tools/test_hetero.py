@@ -19,7 +19,7 @@ def _args(**kw) -> argparse.Namespace:
                     warmup_epochs=1, print_freq=5, repeats=2, workers=3,
                     profiles=list(hetero.PROFILES), splits=list(hetero.SPLITS),
                     methods=list(hetero.RUN_METHODS), more=hetero.MoreMethods(),
-                    esync_epsilon=0.05)
+                    esync_epsilon=0.05, loader_workers=1)
     return argparse.Namespace(**{**defaults, **kw})
 
 

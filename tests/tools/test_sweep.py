@@ -8,7 +8,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import REPO, TINY, run_tool
+from conftest import REPO, TINY, read_jsonl, run_tool
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
 
@@ -126,8 +126,9 @@ def test_quick_sweep_draws_and_prints_its_block_and_leaves_results_md_alone(tmp_
 
 def test_quick_bench_ps_draws_and_prints_its_block(tmp_path):
     # two workers, the second slow (the dry-run test checks the default three)
+    # loading in each worker (-j 0): a loader server per worker costs more than its training
     out = _run("ps", "--quick", "--only", "esync", "--workers", "2", "--slowdown", "1,3", "-a",
-               TINY[1], "--out", tmp_path / "ps").stdout
+               TINY[1], "-j", "0", "--out", tmp_path / "ps").stdout
     for name in ("accuracy_time", "throughput", "traffic", "comm_ratio"):
         # the figures go beside the runs unless --figures says otherwise
         assert (tmp_path / "ps" / "figures" / f"ps_{name}.png").stat().st_size > 10_000, name
@@ -156,6 +157,7 @@ def test_bench_esync_dry_run_runs_every_mode_on_both_splits_with_one_straggler(t
         assert argv[argv.index("--split") + 1] == split and argv[argv.index("--mode") + 1] == mode
         assert argv[argv.index("--seed") + 1] == seed[1:]
         assert argv[argv.index("--worker-slowdown") + 1] == "1,1,4"
+        assert argv[argv.index("-j") + 1] == "1"  # a loader process per worker (-j N: N)
         assert argv[5:7] == ["-m", "imagenet_recipes.bench.slow_workers.ps"]
         assert ("--esync-epsilon" in argv) == (mode == "esync")
         option = {"async": "--async-rule", "esync": "--esync-average"}.get(mode)
@@ -168,10 +170,10 @@ def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path
     out, figures = tmp_path / "esync", tmp_path / "fig"
     # Two of the five variants (the dry-run test checks every variant's command): sync, which
     # sets the target, and one that is compared with it; two workers, one of them slow (the
-    # dry-run test checks the default three).
-    proc = _run("esync", "--quick", "-a", TINY[1], "--splits", "by-class", "--variants",
-                "sync", "esync-normalized", "--workers", "2", "--slowdown", "1,4", "--out", out,
-                "--figures", figures, timeout=600)
+    # dry-run test checks the default three), loading in each worker (-j 0).
+    proc = _run("esync", "--quick", "-a", TINY[1], "-j", "0", "--splits", "by-class",
+                "--variants", "sync", "esync-normalized", "--workers", "2", "--slowdown", "1,4",
+                "--out", out, "--figures", figures, timeout=600)
     assert (figures / "esync_study.png").stat().st_size > 10_000
     rows = {(r["split"], r["mode"]): r for r in esync.compare(out)}
     assert set(rows) == {("by-class", m) for m in ("sync", "esync-normalized")}
@@ -179,6 +181,8 @@ def test_quick_bench_esync_reports_time_to_syncs_accuracy_from_the_logs(tmp_path
     # sync's target is its own final accuracy: it reaches it, at speed-up 1 by definition
     assert sync["target"] == sync["final"] and sync["time"] is not None
     assert len(rows["by-class", "esync-normalized"]["local_steps"]) == 2
+    runs = sorted(out.glob("*/log.jsonl"))
+    assert len(runs) == 2 and all(read_jsonl(r.parent)[0]["config"]["workers"] == 0 for r in runs)
     for r in rows.values():
         assert r["gap"] == pytest.approx(r["final"] - sync["final"])
     assert esync.block(out, figures).strip() in proc.stdout
