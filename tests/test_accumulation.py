@@ -32,7 +32,8 @@ from typing import Dict, List
 import pytest
 import torch
 
-from conftest import REPO, TINY, TRAIN, records, run_forked, script_env
+from conftest import REPO, TINY, TRAIN, forked_env, records, run_forked
+from forked_ranks import command
 
 # Every test here starts real processes, and they share the module's runs: one xdist worker
 # runs them all, so the runs are made once.
@@ -93,10 +94,11 @@ def run_probed(script: str, out: Path, args: List, nproc: int = 0) -> None:
     out.mkdir(parents=True)
     if script == "hvd.py":
         horovodrun = Path(sys.executable).parent / "horovodrun"
-        cmd = [str(horovodrun), "-np", str(nproc), "--gloo", sys.executable, str(REPO / PROBE),
-               str(out), str(TRAIN / script), *map(str, args)]
+        # each rank's command the fork server's client (conftest.forked_env)
+        probe = [str(REPO / PROBE), str(out), str(TRAIN / script), *map(str, args)]
+        cmd = [str(horovodrun), "-np", str(nproc), "--gloo", *command(0, probe)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                              env=script_env(), cwd=REPO)
+                              env=forked_env(), cwd=REPO)
         assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     else:
         run_forked(PROBE, [out, TRAIN / script, *args], nproc=nproc)

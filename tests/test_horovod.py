@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import (REPO, TINY, TRAIN, assert_resume_is_exact, first_conv_weight, forked_env,
-                      records, run_script, script_env)
+                      records, run_forked, script_env)
 from forked_ranks import command
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -45,7 +45,7 @@ PARITY = TINY + ["--image-size", "64", "-b", "4", "--epochs", "1", "--steps-per-
 def test_horovod_fp16_compression_runs(tiny_imagefolder, tmp_path):
     """--fp16-allreduce: the losses near DDP's (fp32 all-reduce) for the first steps, but not
     equal to them."""
-    run_script("ddp.py", PARITY + ["--logdir", tmp_path, "--run-name", "ddp", tiny_imagefolder],
+    run_forked("ddp.py", PARITY + ["--logdir", tmp_path, "--run-name", "ddp", tiny_imagefolder],
                nproc=2)
     ddp_losses = [r["loss"] for r in records(tmp_path / "ddp", "train")]
     # as a user starts it: the other tests' horovodrun runs are forked
@@ -79,9 +79,9 @@ def test_horovod_o2_reduces_half_gradients_during_backward(tmp_path):
     """Horovod's hooks must sit on the half model's parameters (what autograd reaches), so
     every gradient's all-reduce starts during backward; the fp32 masters are then stepped."""
     horovodrun = Path(sys.executable).parent / "horovodrun"
-    proc = subprocess.run([str(horovodrun), "-np", "2", "--gloo", sys.executable,
-                           str(REPO / "tests" / "horovod_o2_probe.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=300, env=script_env(), cwd=REPO)
+    probe = command(0, [str(REPO / "tests" / "horovod_o2_probe.py"), str(tmp_path)])
+    proc = subprocess.run([str(horovodrun), "-np", "2", "--gloo", *probe], capture_output=True,
+                          text=True, timeout=300, env=forked_env(), cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:

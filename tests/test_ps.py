@@ -210,7 +210,9 @@ def test_esync_gives_the_fast_worker_more_local_steps(tiny_imagefolder, tmp_path
     # The authors' 0.5 s margin is about the slow worker's whole step at this size: with it the
     # fast worker would stop after one step. At most 3 local steps a round: uncapped, the fast
     # worker once took 12 in a round, the 3 epochs were 3 server updates, and the loss fell 13 %.
-    run_forked(SLOW_PS, LEARN_ARGS + ["--mode", "esync", "--esync-epsilon", "0.02",
+    # each worker loads its own batches (-j 0; the async test's workers have loader workers):
+    # a loader server per worker would cost more CPU than the run's training
+    run_forked(SLOW_PS, LEARN_ARGS + ["-j", "0", "--mode", "esync", "--esync-epsilon", "0.02",
                                       "--max-local-steps", "3", "--worker-slowdown",
                                       ESYNC_SLOWDOWN, "--esync-average", average,
                                       "--logdir", tmp_path, "--run-name", "e",
