@@ -208,6 +208,16 @@ def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequenc
                             env={**script_env(), **(env or {})}, cwd=REPO)
 
 
+def start_forked(script: str, args: List, env: Optional[dict] = None) -> subprocess.Popen:
+    """start_script's one-process run, forked from the server as run_forked's are (the same
+    rules for `env`); a signal sent to the returned process reaches the run."""
+    from forked_ranks import command
+
+    return subprocess.Popen(command(0, script_program(script) + [str(a) for a in args]),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=forked_env(env), cwd=REPO)
+
+
 def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
                check: bool = True, env: Optional[dict] = None) -> subprocess.CompletedProcess:
     """Run train/<script> to the end (see script_command), with `env` added to its

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
-                      proc_stat, read_jsonl, records, run_forked, run_script, start_script,
-                      unused_port)
+                      proc_stat, read_jsonl, records, run_forked, run_script, start_forked,
+                      start_script, unused_port)
 from step_hold import held, hold_env, release, wait_for
 
 
@@ -46,12 +46,16 @@ def _read_until(proc, prefix: str) -> str:
 
 
 def _start_held(script: str, args, hold_dir: Path, after: int, nproc: int = 0,
-                torchrun_args=()):
-    """train/<script> started as start_script does, each process held after its step `after`
-    until release(hold_dir) (tests/step_hold.py): the test signals or kills it at that step,
-    however fast the run or slow this test's process."""
-    return start_script("tests/step_hold.py", [TRAIN / script, *args], nproc, torchrun_args,
-                        env=hold_env(after, hold_dir))
+                torchrun_args=(), forked: bool = False):
+    """train/<script> started as start_script does (forked: one process, as start_forked
+    does), each process held after its step `after` until release(hold_dir)
+    (tests/step_hold.py): the test signals or kills it at that step, however fast the run or
+    slow this test's process."""
+    program, env = [TRAIN / script, *args], hold_env(after, hold_dir)
+    if forked:
+        assert nproc == 0 and not torchrun_args
+        return start_forked("tests/step_hold.py", program, env=env)
+    return start_script("tests/step_hold.py", program, nproc, torchrun_args, env=env)
 
 
 def _read_until_all(proc, texts) -> str:
@@ -195,7 +199,10 @@ def test_preemption_signal_checkpoints_mid_epoch_and_resume_is_exact(tiny_imagef
     # The run waits after step 2 until the signal has reached it: it stops inside epoch 0, at
     # step 2, whatever the speed of the CPU and of this test's process.
     hold_dir = tmp_path / "hold"
-    proc = _start_held("nd.py", common + ["--run-name", "cut", tiny_imagefolder], hold_dir, 2)
+    # forked, its SIGUSR1 passed on by the server's client (a fresh interpreter's: the SLURM
+    # time-limit test's, tests/test_slurm.py)
+    proc = _start_held("nd.py", common + ["--run-name", "cut", tiny_imagefolder], hold_dir, 2,
+                       forked=True)
     wait_for(held(hold_dir), "held after step 2", proc)
     proc.send_signal(signal.SIGUSR1)
     output = _read_until(proc, "=> rank 0: SIGUSR1 received")
