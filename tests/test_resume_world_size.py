@@ -1,7 +1,7 @@
 """Resuming on another number of processes: a mid-epoch checkpoint continues with every sample
 of the epoch trained on exactly once, and where exact continuation is impossible the run says so
 (exit 2). Real torchrun runs, interrupted by SIGTERM as a job scheduler does; the runs that
-only make a checkpoint to start from are forked (conftest.run_forked)."""
+only make a checkpoint to start from, and the resumes, are forked (conftest.run_forked)."""
 from __future__ import annotations
 
 import signal
@@ -11,8 +11,9 @@ import sys
 import pytest
 import torch
 
-from conftest import (REPO, TESTS, TINY, records, run_forked, run_script, traced,
-                      traced_samples)
+from conftest import (REPO, TESTS, TINY, forked_env, records, run_forked, run_script, traced,
+                      traced_samples, unused_port)
+from forked_ranks import command
 from step_hold import held, hold_env, release, wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -20,14 +21,20 @@ pytestmark = pytest.mark.slow  # every test here starts real processes
 TRAIN_IMAGES = 64  # tiny_imagefolder: 4 classes x 16
 
 
-def _traced(nproc: int, trace_dir, args, output, hold: dict = None) -> subprocess.Popen:
+def _traced(nproc: int, trace_dir, args, output, hold: dict = None,
+            forked: bool = False) -> subprocess.Popen:
     """train/ddp.py on `nproc` processes under torchrun, its samples traced, its output to the
-    file `output`; `hold`: held after a step (step_hold.hold_env)."""
+    file `output`; `hold`: held after a step (step_hold.hold_env); forked: its ranks forked
+    from the server instead (conftest.forked_env), as torchrun would start them."""
     prefix, env = traced("ddp.py", trace_dir)
     if hold:
         prefix, env = [str(TESTS / "step_hold.py"), *prefix], {**env, **hold}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", *prefix, *map(str, args)]
+    if forked:
+        cmd = command(nproc, [*prefix, *map(str, args)], unused_port())
+        env = forked_env({"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"], **(hold or {})})
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", *prefix, *map(str, args)]
     with open(output, "w") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
@@ -61,8 +68,9 @@ def test_mid_epoch_resume_on_another_process_count_trains_every_sample_once(
     assert sorted(traced_samples(tmp_path / "first")) == sorted(set(traced_samples(tmp_path / "first")))
     assert len(traced_samples(tmp_path / "first")) == done
 
+    # the resume, which nothing interrupts, forked
     second = _traced(after, tmp_path / "second", common + ["-b", 8 // after, "--resume", "auto"],
-                     tmp_path / "second.txt")
+                     tmp_path / "second.txt", forked=True)
     try:
         code = second.wait(timeout=300)
     finally:
