@@ -211,11 +211,8 @@ def start_script(script: str, args: List, nproc: int = 0, torchrun_args: Sequenc
 def start_forked(script: str, args: List, env: Optional[dict] = None) -> subprocess.Popen:
     """start_script's one-process run, forked from the server as run_forked's are (the same
     rules for `env`); a signal sent to the returned process reaches the run."""
-    from forked_ranks import command
-
-    return subprocess.Popen(command(0, script_program(script) + [str(a) for a in args]),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=forked_env(env), cwd=REPO)
+    return subprocess.Popen(forked_command(script, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=forked_env(env), cwd=REPO)
 
 
 def run_script(script: str, args: List, nproc: int = 0, timeout: int = 600,
@@ -235,11 +232,16 @@ def run_forked(script: str, args: List, nproc: int = 0, timeout: int = 600,
     runs compute, where a tiny run's imports cost ten times its training. `env` may hold only
     what a run reads while it runs: a variable read at interpreter start or at import would be
     the server's, not the run's."""
+    return _run_to_end(forked_command(script, args, nproc), forked_env(env), timeout, check)
+
+
+def forked_command(script: str, args: List, nproc: int = 0) -> List[str]:
+    """script_command's run through this process's fork server (tests/forked_ranks.py): one
+    process, or nproc ranks as torchrun --standalone starts them."""
     from forked_ranks import command
 
     port = unused_port() if nproc else 0
-    return _run_to_end(command(nproc, script_program(script) + [str(a) for a in args], port),
-                       forked_env(env), timeout, check)
+    return command(nproc, script_program(script) + [str(a) for a in args], port)
 
 
 def forked_env(env: Optional[dict] = None) -> dict:

@@ -22,20 +22,26 @@ pytestmark = pytest.mark.slow  # every test here starts real processes
 pytest.importorskip("horovod.torch", reason="Horovod is not built: bash launch/install_horovod.sh")
 
 
-def run_hvd(args, nproc: int = 2, timeout: int = 600,
-            forked: bool = True) -> subprocess.CompletedProcess:
-    """train/hvd.py under `horovodrun -np NPROC --gloo`. forked: each rank's command is the
-    client of this process's fork server (conftest.forked_env), which runs hvd.py in a process
-    forked from an interpreter that has imported everything already; not forked: `python
-    train/hvd.py`, as a user starts it."""
-    horovodrun = Path(sys.executable).parent / "horovodrun"
-    program = [str(TRAIN / "hvd.py"), *map(str, args)]
+def horovodrun(program: list, nproc: int = 2, timeout: int = 600,
+               forked: bool = True) -> subprocess.CompletedProcess:
+    """`horovodrun -np NPROC --gloo` running `program` (SCRIPT ARGS) to its end, which must
+    succeed. forked: each rank's command is the client of this process's fork server
+    (conftest.forked_env), which runs SCRIPT in a process forked from an interpreter that has
+    imported everything already; not forked: `python SCRIPT ARGS`, as a user starts it."""
+    launcher = Path(sys.executable).parent / "horovodrun"
+    program = [str(a) for a in program]
     rank = command(0, program) if forked else [sys.executable, *program]
-    proc = subprocess.run([str(horovodrun), "-np", str(nproc), "--gloo", *rank],
+    proc = subprocess.run([str(launcher), "-np", str(nproc), "--gloo", *rank],
                           capture_output=True, text=True, timeout=timeout,
                           env=forked_env() if forked else script_env(), cwd=REPO)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
+
+
+def run_hvd(args, nproc: int = 2, timeout: int = 600,
+            forked: bool = True) -> subprocess.CompletedProcess:
+    """train/hvd.py under horovodrun (see horovodrun)."""
+    return horovodrun([TRAIN / "hvd.py", *args], nproc, timeout, forked)
 
 
 PARITY = TINY + ["--image-size", "64", "-b", "4", "--epochs", "1", "--steps-per-epoch", "4",
@@ -78,11 +84,7 @@ def test_horovod_resume_is_bit_identical(tiny_imagefolder, tmp_path):
 def test_horovod_o2_reduces_half_gradients_during_backward(tmp_path):
     """Horovod's hooks must sit on the half model's parameters (what autograd reaches), so
     every gradient's all-reduce starts during backward; the fp32 masters are then stepped."""
-    horovodrun = Path(sys.executable).parent / "horovodrun"
-    probe = command(0, [str(REPO / "tests" / "horovod_o2_probe.py"), str(tmp_path)])
-    proc = subprocess.run([str(horovodrun), "-np", "2", "--gloo", *probe], capture_output=True,
-                          text=True, timeout=300, env=forked_env(), cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    horovodrun([REPO / "tests" / "horovod_o2_probe.py", tmp_path], timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:
         assert rank["reduced_in_backward"] == rank["parameters"]  # every one, overlapped
