@@ -16,15 +16,19 @@ one the real entry script on synthetic data (compute and communication only):
   DDP N         `torchrun --nproc_per_node=N train/ddp.py`
 
   bare xN       N processes of a hand-written loop (forward, loss, backward, SGD step) at
-                once, on one fixed batch: the same model, layout and threads, no engine
+                once, each on one fixed batch of its own: the same model, layout and threads,
+                no engine
   bare DDP N    that loop in N processes under torch's DistributedDataParallel (its defaults):
                 what DDP costs torch itself, against which the engine's DDP N / nd xN compares
                 (fp32 only: left out when --extra is given)
 
 and, after them, gloo all-reducing one float32 tensor of the model's parameter count between N
 processes of --threads threads each (what DDP sends every step, in one piece): wall and CPU time
-per call. img/s = median of the logged intervals after the first (warm-up), all rounds pooled;
-for the bare loop, of its steps after the first two, each step's rate summed over the processes.
+per call. Each bare process ends by summing its weights (bench_ddp_cost.json's `bare_weights`):
+equal across the processes of bare DDP N, whose all-reduce averages their different batches'
+gradients, and different across the independent ones. img/s = median of the logged intervals
+after the first (warm-up), all rounds pooled; for the bare loop, of its steps after the first
+two, each step's rate summed over the processes.
 The runs' logs and bench_ddp_cost.json stay in --out, from which `--report` (and
 bench.regenerate, once archived with `--archive DIR ddp_cost/<label>`) writes the RESULTS.md
 block. A benchmark, not a test.
@@ -70,7 +74,7 @@ def measure(args) -> Path:
               "--epochs", "1", "--steps-per-epoch", str(args.steps), "-p", "5", "-j", "1",
               "--logdir", str(out), *args.extra.split()]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    order, bare = [], {}
+    order, bare, bare_weights = [], {}, {}
     for round_ in range(args.rounds):
         for name, (entry, processes, at_once) in contenders(args.nproc).items():
             names = [run_name(name, round_, copy) for copy in range(at_once)]
@@ -83,12 +87,14 @@ def measure(args) -> Path:
             rate = sum(statistics.median(interval_img_s(out / n)) for n in names)
             print(f"round {round_}: {name}: {rate:.1f} img/s", flush=True)
         for name, ddp in bare_contenders(args.nproc, args.extra).items():
-            rates = bare_loop_img_s(args, ddp)
+            rates, weights = bare_loop(args, ddp)
             bare.setdefault(name, []).append(rates)
+            bare_weights.setdefault(name, []).append(weights)
             print(f"round {round_}: {name}: {statistics.median(rates):.1f} img/s", flush=True)
     record = {"command": shown_command("lab/ddp_cost.py", args.argv), "rounds": args.rounds,
               "steps": args.steps, "threads": args.threads, "nproc": args.nproc,
-              "order": order, "bare": bare, "allreduce": allreduce_cost(args)}
+              "order": order, "bare": bare, "bare_weights": bare_weights,
+              "allreduce": allreduce_cost(args)}
     (out / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return out
 
@@ -103,9 +109,9 @@ def bare_contenders(nproc: int, extra: str) -> dict:
     return {} if extra.strip() else {f"bare x{nproc}": False, f"bare DDP {nproc}": True}
 
 
-def bare_loop_img_s(args, ddp: bool) -> list:
-    """--nproc processes of the bare loop at once, under DDP or independent: per timed step,
-    the images per second of all of them together."""
+def bare_loop(args, ddp: bool) -> tuple:
+    """--nproc processes of the bare loop at once, under DDP or independent -> (per timed step,
+    the images per second of all of them together; each process's sum of its weights)."""
     import torch.multiprocessing as mp
 
     from imagenet_recipes.config import parse_args
@@ -118,9 +124,11 @@ def bare_loop_img_s(args, ddp: bool) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_bare_process, nprocs=args.nproc, join=True,
                  args=(args.nproc, free_port() if ddp else None, args, channels_last, tmp))
-        step_s = [json.loads(Path(tmp, f"{rank}.json").read_text())
-                  for rank in range(args.nproc)]
-    return [sum(args.batch_size / t for t in step) for step in zip(*step_s)]
+        ranks = [json.loads(Path(tmp, f"{rank}.json").read_text())
+                 for rank in range(args.nproc)]
+    step_s = [r["seconds"] for r in ranks]
+    return ([sum(args.batch_size / t for t in step) for step in zip(*step_s)],
+            [r["weights"] for r in ranks])
 
 
 def _bare_process(rank: int, world: int, port, args, channels_last: bool, out: str) -> None:
@@ -130,9 +138,10 @@ def _bare_process(rank: int, world: int, port, args, channels_last: bool, out: s
     import torchvision
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same initial weights everywhere (DDP would broadcast rank 0's)
     layout = torch.channels_last if channels_last else torch.contiguous_format
     model = torchvision.models.get_model(args.arch, num_classes=CLASSES).to(memory_format=layout)
+    torch.manual_seed(1 + rank)  # a batch of its own
     if port is not None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
@@ -148,7 +157,10 @@ def _bare_process(rank: int, world: int, port, args, channels_last: bool, out: s
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds.append(time.perf_counter() - start)
-    Path(out, f"{rank}.json").write_text(json.dumps(seconds[BARE_WARMUP:]))
+    with torch.no_grad():
+        weights = sum(p.double().sum().item() for p in model.parameters())
+    Path(out, f"{rank}.json").write_text(json.dumps({"seconds": seconds[BARE_WARMUP:],
+                                                     "weights": weights}))
     if port is not None:
         dist.destroy_process_group()
 

@@ -89,9 +89,10 @@ def test_bench_ddp_cost_takes_ddp_apart_from_the_kept_logs(tmp_path):
     bare2, bare_ddp2 = (statistics.median(bare[k][0]) for k in bare)
     assert f"| bare x2 | {bare2:.1f} |" in text and f"| bare DDP 2 | {bare_ddp2:.1f} |" in text
     assert f"bare DDP 2 / bare x2: **{bare_ddp2 / bare2:.2f}**" in text
-    # under DDP for real: at 32 px a step's compute is far shorter than the all-reduce of
-    # ResNet-18's 42.7 MiB of gradients, which the independent copies never do
-    assert bare_ddp2 < 0.8 * bare2, (bare_ddp2, bare2)  # ~0.5 on 2 CPUs
+    # under DDP for real (not a rate, which the machine's load decides): each process trains on
+    # a batch of its own, and only the all-reduce keeps the two copies' weights equal
+    (ddp,), (independent,) = (record["bare_weights"][k] for k in ("bare DDP 2", "bare x2"))
+    assert ddp[0] == ddp[1] and independent[0] != independent[1], record["bare_weights"]
 
 
 @pytest.mark.slow
