@@ -93,14 +93,6 @@ def test_the_test_command_runs_offline_once_its_environments_are_cached():
     if not (cache / f"venv-{oldest}" / ".complete").exists():
         pytest.skip("the oldest stack's environment is not built yet: launch/test.sh's "
                     "smoke-oldest phase builds it before the suite")
-    # with this clone in it, as smoke-oldest leaves it: the environments are shared by the
-    # machine's clones, and another clone's last command may have installed that clone there
-    # (offline, pip cannot make the editable install there: the setuptools that venv gave it,
-    # 65.5 on Python 3.11, has no bdist_wheel without the wheel package)
-    oldest_env = {**os.environ, "RECIPES_REQUIREMENTS": "requirements-oldest.txt"}
-    own = subprocess.run(["bash", "launch/env.sh", "true"], cwd=REPO, env=oldest_env,
-                         capture_output=True, text=True, timeout=600)
-    assert own.returncode == 0, own.stderr[-3000:]
     if shutil.which("sbatch") is None and os.geteuid() == 0:
         pytest.skip("SLURM is not installed yet: launch/test.sh's slurm phase installs it (from "
                     "Debian, with the network) before the suite")
@@ -110,6 +102,14 @@ def test_the_test_command_runs_offline_once_its_environments_are_cached():
     if subprocess.run(reach, capture_output=True, timeout=60).returncode != 0:
         pytest.skip("pypi.org cannot be reached from this machine: the network namespace's "
                     "isolation cannot be told from the machine's own")
+    # with this clone in it, as smoke-oldest leaves it: the environments are shared by the
+    # machine's clones, and another clone's last command may have installed that clone there
+    # (offline, pip cannot make the editable install there: the setuptools that venv gave it,
+    # 65.5 on Python 3.11, has no bdist_wheel without the wheel package)
+    oldest_env = {**os.environ, "RECIPES_REQUIREMENTS": "requirements-oldest.txt"}
+    own = subprocess.run(["bash", "launch/env.sh", "true"], cwd=REPO, env=oldest_env,
+                         capture_output=True, text=True, timeout=600)
+    assert own.returncode == 0, own.stderr[-3000:]
     cut = _offline(*reach)
     assert cut.returncode != 0 and "error" in cut.stderr.lower(), cut.stderr[-1000:]
     # real tests, the phases before them included: the unit tests and a two-process run
