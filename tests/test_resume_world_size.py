@@ -11,9 +11,8 @@ import sys
 import pytest
 import torch
 
-from conftest import (REPO, TESTS, TINY, forked_env, records, run_forked, run_script, traced,
-                      traced_samples, unused_port)
-from forked_ranks import command
+from conftest import (REPO, TESTS, TINY, forked_command, forked_env, records, run_forked,
+                      run_script, traced, traced_samples)
 from step_hold import held, hold_env, release, wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -30,7 +29,7 @@ def _traced(nproc: int, trace_dir, args, output, hold: dict = None,
     if hold:
         prefix, env = [str(TESTS / "step_hold.py"), *prefix], {**env, **hold}
     if forked:
-        cmd = command(nproc, [*prefix, *map(str, args)], unused_port())
+        cmd = forked_command(prefix[0], [*prefix[1:], *args], nproc)
         env = forked_env({"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"], **(hold or {})})
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
