@@ -225,8 +225,8 @@ def test_the_engine_package_has_no_import_cycle():
 # never for a tool, the product and its tools never for an experiment, nothing but the lab for a
 # study: ARCHITECTURE.md, "Product, tools, lab").
 LAYERS = (
-    ("foundations", ("imagenet_recipes", "errors", "registry", "machine", "gpu_expected",
-                     "peer_flags",
+    ("foundations", ("imagenet_recipes", "nvjpeg_wheel", "errors", "registry", "machine",
+                     "gpu_expected", "peer_flags",
                      "progress", "metrics", "compiled_graphs", "peers", "comm_hooks", "syncbn", "advice",
                      "ps.wire", "ps.state_service")),
     ("options", ("options", "presets")),
