@@ -374,6 +374,8 @@ def test_a_decoder_that_decodes_nothing_is_refused_at_start(tiny_imagefolder, tm
     assert len(errors) == 1, proc.stderr
     assert "--gpu-decoder nvimgcodec decoded nothing" in errors[0]
     assert "nvidia-nvimgcodec-cu13[nvjpeg]" in errors[0] and "--data-backend pytorch" in errors[0]
+    # which nvJPEG the process holds: the nvidia-nvjpeg wheel's, loaded with the package
+    assert "(nvJPEG loaded here: " in errors[0] and "/cu13/lib/libnvjpeg.so.13" in errors[0]
     assert not (tmp_path / "nothing").exists() or not records(tmp_path / "nothing", "train")
 
 

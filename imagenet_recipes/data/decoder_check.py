@@ -30,6 +30,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..errors import UsageError
+from ..nvjpeg_wheel import loaded as loaded_nvjpeg
 from ..registry import GPU_DECODERS
 from .jpeg_decoders import (NVIMGCODEC_PIP, TORCHCODEC_PIP, DecodedNothing, DecoderSettings,
                             Refused, first_line, make_decoder)
@@ -94,8 +95,8 @@ def check_decoder(decoder, device: torch.device, batch_size: int = 2) -> str:
     try:
         images = decoder([encoded] * batch_size, wanted)
     except DecodedNothing:  # not one file's fault: the library's own log says why
-        raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for {what}; needs "
-                         f"{_FIXES[name]}. {elsewhere}") from None
+        raise UsageError(f"--gpu-decoder {name} decoded nothing on {where} for {what}"
+                         f"{_nvjpeg_in_use(name)}; needs {_FIXES[name]}. {elsewhere}") from None
     except Exception as err:
         raise UsageError(f"--gpu-decoder {name} failed to decode {what} on {where} "
                          f"({type(err).__name__}: {first_line(err)}); needs {_FIXES[name]}. "
@@ -122,6 +123,13 @@ def check_decoder(decoder, device: torch.device, batch_size: int = 2) -> str:
     size = f"{reference.shape[2]}x{reference.shape[1]}"
     return (f"{name}: decodes on {where} ({copies} {size} JPEG in one call; worst mean |diff| "
             f"to libjpeg-turbo {worst:.2f} levels)")
+
+
+def _nvjpeg_in_use(decoder: str) -> str:
+    """' (nvJPEG loaded here: FILES)' for nvImageCodec's decoders: which nvJPEG it found decides
+    whether it decodes regions (nvjpeg_wheel.py)."""
+    files = loaded_nvjpeg() if decoder.startswith("nvimgcodec") else []
+    return f" (nvJPEG loaded here: {', '.join(files)})" if files else ""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
