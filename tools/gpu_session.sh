@@ -267,7 +267,10 @@ note "budget $budget s; steps ${steps[*]}; records in $out; JPEG set in $jpegs"
 commit_flag=()  # bench.gpu asks git itself where there is one
 if [ -n "$commit" ]; then
   commit_flag=(--commit "$commit")
-elif ! commit="$(git rev-parse --short HEAD 2>/dev/null)"; then
+elif commit="$(git rev-parse --short HEAD 2>/dev/null)"; then
+  # as bench.gpu's records say it: a tree that differs from its commit was not that commit
+  git diff --quiet HEAD 2>/dev/null || commit+=" (plus uncommitted changes)"
+else
   commit="$(cat "${wheels:-/nonexistent}/commit" 2>/dev/null)" || commit="unknown"
   commit_flag=(--commit "$commit")
 fi
