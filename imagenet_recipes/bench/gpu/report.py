@@ -66,21 +66,36 @@ def _cells(i: int, row: dict) -> list:
             ratio, _memory(row["peak_bytes"]), spread]
 
 
+def _measurement(row: dict) -> tuple:
+    return row["name"], row["img_s"], tuple(row["repeats"])
+
+
+def _measured(kept: List[tuple]) -> List[List[dict]]:
+    """Each record's rows, less the copies (`--reuse`: a reference brought along from another
+    record) of a measurement that a kept record holds as its own."""
+    own = {_measurement(row) for _, record in kept for row in record["rows"]
+           if "reused_from" not in (row.get("detail") or {})}
+    return [[row for row in record["rows"] if "reused_from" not in (row.get("detail") or {})
+             or _measurement(row) not in own] for _, record in kept]
+
+
 def block(folder: Path, figures: Optional[Path] = None) -> str:
     """RESULTS.md's `gpu` block from the records in `folder` (results/gpu/): every row once,
     from the latest record that measured it, then the earlier measurements of the rows measured
-    again; or, without a record, a plain statement that none exists."""
+    again (a row a record only copied from another kept record, `--reuse`, is that record's);
+    or, without a record, a plain statement that none exists."""
     kept = records(folder)
     if not kept:
         return render("gpu", records=None)
+    measured = _measured(kept)
     latest: Dict[str, tuple] = {}
-    for i, (_, record) in enumerate(kept, 1):
-        for row in record["rows"]:
+    for i, rows in enumerate(measured, 1):
+        for row in rows:
             latest[row["name"]] = (i, row)
     order = {name: n for n, name in enumerate(ROW_ORDER)}
     shown = sorted(latest.values(), key=lambda item: order.get(item[1]["name"], len(order)))
     # a row measured again later: its earlier measurements stay on the page, below the table
-    earlier = [(i, row) for i, (_, record) in enumerate(kept, 1) for row in record["rows"]
+    earlier = [(i, row) for i, rows in enumerate(measured, 1) for row in rows
                if latest[row["name"]][0] != i and row["status"] == "ok"]
     used = []  # the records some row comes from: (number, file name, record, versions)
     for i in sorted({i for i, _ in shown + earlier}):
