@@ -10,6 +10,12 @@ refused (0.0003 levels from libjpeg-turbo) with the wheel's library loaded befor
 So the package loads the wheel's library when it is imported (`imagenet_recipes/__init__.py`),
 which every entry script, tool and loader worker does before it imports torchvision. Nothing
 happens where the wheel is not installed, off Linux, or where torchvision was imported first.
+
+Its symbols are global, so the libraries that carry a copy of their own and load later bind to
+it as well (`LD_BIND_NOW=1 LD_DEBUG=bindings`: torchvision's image library, and TorchCodec's,
+which carries nvJPEG 13.0.1): one nvJPEG per process, a newer release of the same major
+version. On the H200, TorchCodec's probe decoded as before with it (0.17 levels from
+libjpeg-turbo).
 """
 from __future__ import annotations
 
