@@ -61,8 +61,10 @@ def loaded() -> List[str]:
     when nvImageCodec refuses regions."""
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libnvjpeg." in line}
+            paths = {line.split()[-1] for line in maps if "/libnvjpeg" in line}
     except OSError:
         return []
-    # libnvjpeg.so.13, or a wheel's renamed copy (libnvjpeg.4a0b5c81.so.13); not libnvjpeg2k
-    return sorted(path for path in paths if Path(path).name.startswith("libnvjpeg."))
+    # libnvjpeg.so.13, or a wheel's renamed copy (torchvision's libnvjpeg.4a0b5c81.so.13,
+    # TorchCodec's libnvjpeg-1a359ba7.so.13.0.1.86); not libnvjpeg2k
+    return sorted(path for path in paths if Path(path).name.startswith(("libnvjpeg.",
+                                                                        "libnvjpeg-")))
