@@ -28,7 +28,8 @@ its workers may hold ready before the clock starts (prefetch) plus two, then tim
 batches: images over wall seconds, until the last batch is on the device (a CUDA
 synchronisation at the end of the window, none inside it). Beside it: the CPU cores busy over
 the window (the whole machine's busy CPU-seconds over the wall seconds), and on a GPU the
-hardware JPEG engines' utilisation as nvidia-smi reports it mid-window (where it does).
+hardware JPEG engines' utilisation as nvidia-smi reports it, read every quarter second over the
+window: its mean, maximum and number of readings (where nvidia-smi reports it).
 The rows run one after the other, each over the same files, in the order listed.
 This is a benchmark, not a test.
 """
@@ -44,7 +45,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from imagenet_recipes.bench.common import installed
 from imagenet_recipes.bench.jobs import busy_cpu_seconds
@@ -81,30 +82,54 @@ def why_not(row: str, device: str) -> Optional[str]:
 
 
 class JpegEngineWatch:
-    """The hardware JPEG engines' utilisation, read once from nvidia-smi a moment into the
-    window (None where nvidia-smi is missing or reports none)."""
+    """The hardware JPEG engines' utilisation over the window, as nvidia-smi reports it: read
+    every `interval_s` from `delay_s` in until the window ends (None where nvidia-smi is missing
+    or reports none). One reading can land in a pause; the mean of many says whether the row's
+    decoder used the engines at all."""
 
-    def __init__(self, delay_s: float):
-        self.value: Optional[str] = None
+    def __init__(self, delay_s: float, interval_s: float = 0.5):
+        self.readings: Dict[str, List[str]] = {}
+        self._stop = threading.Event()
         self._thread = None
         if shutil.which("nvidia-smi"):
-            self._thread = threading.Thread(target=self._read, args=(delay_s,), daemon=True)
+            self._thread = threading.Thread(target=self._watch, args=(delay_s, interval_s),
+                                            daemon=True)
             self._thread.start()
 
-    def _read(self, delay_s: float) -> None:
-        time.sleep(delay_s)
+    def _watch(self, delay_s: float, interval_s: float) -> None:
+        if self._stop.wait(delay_s):
+            return
+        while True:
+            self._read()
+            if self._stop.wait(interval_s):
+                return
+
+    def _read(self) -> None:
         try:
             out = subprocess.run(["nvidia-smi", "-q", "-d", "UTILIZATION", "-i", "0"],
                                  capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired):
             return
-        found = re.findall(r"(JPE?G\w*)\s*:\s*([^\n]+)", out)
-        self.value = "; ".join(f"{name} {value.strip()}" for name, value in found) or None
+        for name, value in re.findall(r"(JPE?G\w*)\s*:\s*([^\n]+)", out):
+            self.readings.setdefault(name, []).append(value.strip())
 
     def result(self) -> Optional[str]:
+        """'JPEG 21 % (mean of 12 readings, max 35 %)' per engine line nvidia-smi gives; a
+        reading that is not a percentage (N/A) as it was read."""
         if self._thread is not None:
+            self._stop.set()
             self._thread.join(timeout=15)
-        return self.value
+        return "; ".join(_summary(name, values) for name, values in self.readings.items()) \
+            or None
+
+
+def _summary(name: str, values: List[str]) -> str:
+    percents = [float(m[1]) for v in values if (m := re.match(r"(\d+(?:\.\d+)?)\s*%", v))]
+    if not percents:
+        return f"{name} {values[-1]}"
+    mean = sum(percents) / len(percents)
+    return (f"{name} {mean:.0f} % (mean of {len(percents)} readings, max "
+            f"{max(percents):.0f} %)")
 
 
 def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
@@ -133,7 +158,8 @@ def measure_row(row: str, workers: int, args: argparse.Namespace) -> dict:
             warm_images += next(batches)[0].shape[0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        watch = JpegEngineWatch(delay_s=0.5) if device.type == "cuda" else None
+        watch = JpegEngineWatch(delay_s=0.25, interval_s=0.25) if device.type == "cuda" \
+            else None
         busy, start = busy_cpu_seconds(), time.perf_counter()
         for _ in range(args.batches):
             x, _ = next(batches)

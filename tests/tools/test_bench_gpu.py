@@ -619,3 +619,40 @@ def test_processes_tells_the_trainer_from_its_loader_workers_on_the_gpu(tmp_path
         else:
             assert look["apps"] == [] and look["trainer_on_gpu"] is None
         assert not Path(f"/proc/{trainer}").exists()  # stopped after the sample
+
+
+@pytest.mark.slow  # runs a stand-in nvidia-smi
+def test_the_jpeg_engines_are_read_across_the_window_not_once(tmp_path, monkeypatch):
+    """bench.decode's JpegEngineWatch: nvidia-smi's JPEG utilisation read again and again until
+    the window ends, reported as mean, maximum and count (one reading can land in a pause: the
+    H200's nvImageCodec row read 1 %); a reading that is not a percentage is shown as read."""
+    from imagenet_recipes.bench.decode import JpegEngineWatch
+
+    # a stand-in nvidia-smi: 10 %, 30 %, 50 %, 10 %, ... by call, as `-q -d UTILIZATION` prints
+    smi = tmp_path / "bin/nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nn=$(cat $0.calls 2>/dev/null || echo 0); echo $((n + 1)) > "
+                   "$0.calls\necho \"    Utilization\"\necho \"        JPEG   : "
+                   "$(( (n % 3) * 20 + 10 )) %\"\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    watch = JpegEngineWatch(delay_s=0, interval_s=0.01)
+    deadline = time.monotonic() + 60
+    while len(watch.readings.get("JPEG", [])) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    summary = watch.result()
+    readings = [float(v.split()[0]) for v in watch.readings["JPEG"]]
+    assert len(readings) >= 4 and readings[:3] == [10, 30, 50], readings
+    assert summary == (f"JPEG {statistics.mean(readings):.0f} % (mean of {len(readings)} "
+                       f"readings, max 50 %)")
+    calls = int((tmp_path / "bin/nvidia-smi.calls").read_text())
+    time.sleep(0.2)  # the watch has stopped: no reading after result()
+    assert int((tmp_path / "bin/nvidia-smi.calls").read_text()) == calls == len(readings)
+
+    smi.write_text("#!/bin/sh\necho \"        JPEG   : N/A\"\n")
+    watch = JpegEngineWatch(delay_s=0, interval_s=0.01)
+    while not watch.readings and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watch.result() == "JPEG N/A"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert JpegEngineWatch(delay_s=0).result() is None  # no nvidia-smi: nothing read
