@@ -70,13 +70,17 @@ def _measurement(row: dict) -> tuple:
     return row["name"], row["img_s"], tuple(row["repeats"])
 
 
+def _copied(row: dict) -> bool:
+    """A row a record brought along from another (`--reuse`: bench/gpu/run.py marks it)."""
+    return "reused_from" in (row.get("detail") or {})
+
+
 def _measured(kept: List[tuple]) -> List[List[dict]]:
-    """Each record's rows, less the copies (`--reuse`: a reference brought along from another
-    record) of a measurement that a kept record holds as its own."""
-    own = {_measurement(row) for _, record in kept for row in record["rows"]
-           if "reused_from" not in (row.get("detail") or {})}
-    return [[row for row in record["rows"] if "reused_from" not in (row.get("detail") or {})
-             or _measurement(row) not in own] for _, record in kept]
+    """Each record's rows, less the copies of a measurement that a kept record holds as its
+    own."""
+    own = {_measurement(row) for _, record in kept for row in record["rows"] if not _copied(row)}
+    return [[row for row in record["rows"] if not _copied(row) or _measurement(row) not in own]
+            for _, record in kept]
 
 
 def block(folder: Path, figures: Optional[Path] = None) -> str:
