@@ -26,6 +26,9 @@
 # "BROKEN: the cause" (a refusal's message, "crashed: killed by SIGSEGV (exit 139)", "hung: no
 # answer within 60 s"; imagenet_recipes.data.decoder_check). A decoder that does not work leaves
 # the exit status as it is (gpu_session.sh skips what needs it).
+# With --cpu, the checks' runs are forked from one interpreter that has imported torch (a
+# check that acts on torchrun's own processes still starts torchrun); GPU_CHECK_FORKED=0 starts
+# each run as its own interpreter, as on a GPU.
 # --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
 # the first entry script, ...): every check's code once (the CPU simulation of all groups took
 # 112 s against 176; not yet timed on a GPU). The CPU suite simulates the tier that way, since it
@@ -149,15 +152,55 @@ limit="${GPU_CHECK_GROUP_LIMIT:-420}"
 [ -n "$jobs" ] || { [ "$device" = cuda ] && jobs=3 || jobs=1; }
 failed=()
 logs="$(mktemp -d)"
-trap 'rm -rf "$logs"' EXIT
+forked="" forked_dir=""  # the simulation's fork server: the fd of its stdin, its folder
+trap 'stop_fork_server; rm -rf "$logs"' EXIT
+
+# start_fork_server: with --cpu, the checks' runs are forked from one interpreter that has
+# imported torch and the package (tests/gpu/gpu_tier.py says how; a new interpreter per rank
+# costs 6-7 CPU-seconds of imports, its tiny run a fraction of one). The server reads nothing
+# but its stdin, a pipe that only this script holds: it ends when this script does, however
+# that ends. A server that does not start leaves every run a new interpreter, saying so.
+start_fork_server() {
+  local deadline=$((SECONDS + ${GPU_CHECK_START_LIMIT:-120})) server
+  forked_dir="$(mktemp -d /tmp/gpu-check-XXXXXX)"  # a socket's path holds 107 bytes at most
+  exec {forked}> >(exec "$python" tests/gpu/gpu_tier.py serve "$forked_dir/socket" \
+                     > "$forked_dir/server.log" 2>&1)
+  server=$!
+  until grep -qx ready "$forked_dir/server.log" 2>/dev/null; do
+    if ! kill -0 "$server" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      echo "gpu_check: the fork server did not start, each run starts its own interpreter:" \
+           "$(tail -n 1 "$forked_dir/server.log" 2>/dev/null | cut -c1-200)"
+      stop_fork_server
+      return
+    fi
+    sleep 0.2
+  done
+  export FORKED_RANKS_SOCKET="$forked_dir/socket"
+  echo "gpu_check: runs forked from one interpreter (tests/forked_ranks.py);" \
+       "GPU_CHECK_FORKED=0 starts each as its own"
+}
+
+stop_fork_server() {
+  if [ -n "$forked" ]; then exec {forked}>&-; fi
+  [ -z "$forked_dir" ] || rm -rf "$forked_dir"
+  forked="" forked_dir=""
+  unset FORKED_RANKS_SOCKET
+}
 
 # run_group GROUP: its checks under the time limit; timeout sends SIGTERM to pytest, which
 # records the check in flight and kills its runs; SIGKILL follows 20 s later if it has not
-# ended by then.
+# ended by then. The fork server's pipe is closed in there: only this script holds it.
 run_group() {
-  timeout --kill-after=20 "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-    "tests/gpu/test_gpu_$1.py"
+  (
+    if [ -n "$forked" ]; then exec {forked}>&-; fi
+    timeout --kill-after=20 "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
+      "tests/gpu/test_gpu_$1.py"
+  )
 }
+
+if [ "$device" = cpu ] && [ "${GPU_CHECK_FORKED:-1}" = 1 ]; then
+  start_fork_server
+fi
 
 # finish GROUP RC SECONDS: report a group's end; pytest: 0 passed, 5 nothing collected;
 # anything else (a failure, a timeout's 124) fails.

@@ -9,11 +9,9 @@ import importlib.util
 import io
 import json
 import os
-import random
 import runpy
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +36,8 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
 # every test that starts a process is marked slow: checked as it runs
 from process_tier import slow_if_it_starts_processes  # noqa: E402,F401
+# a port for a group of processes to meet on (forked_ranks.py: the launch there takes one)
+from forked_ranks import unused_port  # noqa: E402,F401
 # RECIPES_CPU_PROFILE=FILE: each test's CPU seconds, a JSON line each (tests/cpu_profile.py)
 from cpu_profile import pytest_runtest_protocol  # noqa: E402,F401
 
@@ -90,28 +90,6 @@ def tiny_imagefolder(tmp_path_factory) -> Path:
     _load_make_synthetic()(root, num_classes=4, train_per_class=16, val_per_class=5,
                            min_size=40, max_size=72, seed=0, workers=1, verbose=False)
     return root
-
-
-def unused_port(count: int = 1) -> int:
-    """A port P with P .. P+count-1 free now, for a group of processes to meet on (MASTER_PORT,
-    a local slurmctld), chosen below the kernel's ephemeral range. A port from that range (what
-    binding port 0 gives) can be handed to another process's connection or listener in the
-    seconds the group takes to start and bind it: in a CI run two tests side by side crossed
-    that way, one's rank 0 found its port taken and its rank 1 talked to the other test's RPC
-    agent, failing both. Below the range only a test like this one picks ports, at random."""
-    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
-    lowest = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32768
-    choose = random.Random()  # seeded by the OS: xdist workers pick independently
-    for _ in range(200):
-        port = choose.randrange(10000, lowest - count)
-        try:
-            for candidate in range(port, port + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", candidate))
-            return port
-        except OSError:  # in use, or waiting out TIME_WAIT
-            continue
-    raise RuntimeError(f"no {count} free consecutive ports below {lowest}")
 
 
 def script_env() -> dict:

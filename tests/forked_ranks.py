@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import resource
 import selectors
 import signal
 import socket
 import struct
 import sys
+from pathlib import Path
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
              signal.SIGABRT)
@@ -90,6 +92,28 @@ def command(nproc: int, program: list, port: int = 0) -> list:
     process (nproc 0) or torchrun's N ranks, their store on `port`."""
     role = ["launch", "--nproc", str(nproc), "--port", str(port)] if nproc else ["run"]
     return [sys.executable, __file__, *role, "--", *program]
+
+
+def unused_port(count: int = 1) -> int:
+    """A port P with P .. P+count-1 free now, for a group of processes to meet on (MASTER_PORT,
+    a local slurmctld), chosen below the kernel's ephemeral range. A port from that range (what
+    binding port 0 gives) can be handed to another process's connection or listener in the
+    seconds the group takes to start and bind it: in a CI run two tests side by side crossed
+    that way, one's rank 0 found its port taken and its rank 1 talked to the other test's RPC
+    agent, failing both. Below the range only a test like this one picks ports, at random."""
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    lowest = int(ephemeral.read_text().split()[0]) if ephemeral.is_file() else 32768
+    choose = random.Random()  # seeded by the OS: xdist workers pick independently
+    for _ in range(200):
+        port = choose.randrange(10000, lowest - count)
+        try:
+            for candidate in range(port, port + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+            return port
+        except OSError:  # in use, or waiting out TIME_WAIT
+            continue
+    raise RuntimeError(f"no {count} free consecutive ports below {lowest}")
 
 
 # --- server ------------------------------------------------------------------------------------

@@ -76,7 +76,6 @@ def _hold_after(step: int, hold_dir: Path,
     handler the run had for it has seen it (a tool that stops its run with SIGTERM, then
     SIGKILL after a grace, has it stop at once)."""
     count = 0
-    rank = os.environ.get("RANK", "0")
 
     def hold(epoch: int, seconds: float) -> None:
         nonlocal count
@@ -84,6 +83,9 @@ def _hold_after(step: int, hold_dir: Path,
         released = hold_dir / "release"
         if count != step or released.exists():
             return
+        # read here, not when installed: a run forked from a server that installed the hold
+        # (tests/forked_ranks.py, with the plant on its PYTHONPATH) gets its RANK after that
+        rank = os.environ.get("RANK", "0")
         stopped = []
         if stop_releases:
             previous = signal.getsignal(signal.SIGTERM)

@@ -128,17 +128,20 @@ def tier_checks(groups) -> list:
 
 
 @pytest.mark.slow
-def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("forked", ["1", "0"], ids=["forked", "torchrun"])
+def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_path, forked):
     """The ranks group, its first check's two ranks held after their first step
     (tests/plants/step_hold, never released), and its time limit run out while they are held:
-    the limit lands inside that check however fast or loaded the machine, with its torchrun and
-    ranks (each in a session of its own) and their loader workers alive. The test makes the
+    the limit lands inside that check however fast or loaded the machine, with its launcher and
+    ranks (each in a session of its own) alive: the simulation's forked ranks and its fork
+    server, or torchrun's ranks as on a GPU (GPU_CHECK_FORKED=0). The test makes the
     limit run out then, not after a fixed wait: GNU timeout takes a SIGALRM as the end of its
     own limit (its timer is SIGALRM), so gpu_check's `timeout` then does what it does at
     GPU_CHECK_GROUP_LIMIT (SIGTERM to pytest, exit 124), however long the limit."""
     out, hold = tmp_path / "record", tmp_path / "hold"
     log = tmp_path / "gpu_check.log"
-    env = gpu_check_env({"GPU_CHECK_GROUP_LIMIT": "600", **plant_env(1, hold)})
+    env = gpu_check_env({"GPU_CHECK_GROUP_LIMIT": "600", "GPU_CHECK_FORKED": forked,
+                         **plant_env(1, hold)})
     with open(log, "w") as sink:
         proc = subprocess.Popen(["bash", "launch/gpu_check.sh", "--cpu", "--out", str(out),
                                  "ranks"], stdout=sink, stderr=subprocess.STDOUT, text=True,
@@ -148,6 +151,11 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
                  output=log.read_text)
         limit = [pid for pid, argv in tier_processes(out) if argv[0] == b"timeout"]
         assert len(limit) == 1, tier_processes(out)
+        # the fork server and its two forked ranks are among what must not be left (a fork
+        # keeps its server's command line and environment)
+        forks = [pid for pid, argv in tier_processes(out) if argv[1:3] == [
+            str(REPO / "tests/forked_ranks.py").encode(), b"server"]]
+        assert len(forks) == (3 if forked == "1" else 0), tier_processes(out)
         os.kill(limit[0], signal.SIGALRM)
         proc.wait(timeout=300)
     finally:
@@ -157,6 +165,7 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
     assert proc.returncode == 1, output[-3000:]
     # timeout's status: the limit's SIGTERM ended pytest (its SIGKILL, 20 s later, would be 137)
     assert "gpu_check: group ranks: exit 124 after" in output, output[-3000:]
+    assert ("gpu_check: runs forked from one interpreter" in output) == (forked == "1"), output
     lines = checks(out)
     stopped = [r for r in lines[1:] if r["status"] == "stopped"]
     assert [r["check"] for r in lines[1:]] == [

@@ -11,6 +11,15 @@ Each run starts in a process group of its own but in the tier's session, and wha
 a run (torchrun's ranks, which it starts in sessions of their own, and their loader workers
 included) is killed when the run ends, and when the tier ends, is interrupted or is stopped by
 a time limit: nothing it started outlives it.
+
+In the simulation the runs are forked, where gpu_check.sh --cpu has started a fork server and
+named its socket in FORKED_RANKS_SOCKET (`python tests/gpu/gpu_tier.py serve SOCKET`;
+tests/forked_ranks.py): one interpreter that has imported torch, torchvision, timm and the
+package, of which each run (`python SCRIPT`) and each of its ranks (as `torchrun --standalone`
+starts them) is a fork. A rank's imports cost 6-7 CPU-seconds on a CPU, its tiny run a fraction
+of one. A check that acts on torchrun's own processes (its ranks' pids, its exit summary) starts
+torchrun itself (Run's `torchrun=True`), as every run does on a GPU. A forked run ends with the
+process that asked for it, so the kills above reach it too.
 """
 from __future__ import annotations
 
@@ -54,6 +63,10 @@ SHARED = ["--share-gpus"]
 # CPU (the simulation runs on small machines), deterministic cuBLAS for the exactness checks.
 RUN_ENV = {"OMP_NUM_THREADS": "1" if SIMULATED else os.environ.get("OMP_NUM_THREADS", "4"),
            "PYTHONWARNINGS": "ignore", "PYTHONFAULTHANDLER": "1"}
+
+# The fork server of the simulation's runs (gpu_check.sh --cpu starts it)
+FORKED = SIMULATED and bool(os.environ.get("FORKED_RANKS_SOCKET"))
+FORKED_RANKS = REPO / "tests" / "forked_ranks.py"
 
 _live_groups: Dict[int, str] = {}  # pid (= its group's id) -> run name, of runs not yet ended
 
@@ -131,23 +144,40 @@ def kill_live_groups() -> None:
 atexit.register(kill_live_groups)
 
 
-def command(script: str, args: Sequence, nproc: int = 0) -> List[str]:
+def command(script: str, args: Sequence, nproc: int = 0, torchrun: bool = False) -> List[str]:
+    """`python SCRIPT ARGS`, or torchrun's `nproc` ranks of it; forked from the simulation's
+    server where it runs one, unless `torchrun` asks for torchrun's own processes."""
+    program = [str(TRAIN / script)] + [str(a) for a in args]
+    if FORKED and not (torchrun and nproc):
+        from forked_ranks import command as forked  # tests/ (pytest puts it on sys.path)
+        from forked_ranks import unused_port
+
+        return forked(nproc, program, unused_port() if nproc else 0)
     # torchrun passes SIGUSR1 (the preemption warning) on to the ranks, as
     # launch/torchrun_single.sh has it do
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
                  f"--nproc_per_node={nproc}",
                  "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
                 if nproc else [sys.executable])
-    return launcher + [str(TRAIN / script)] + [str(a) for a in args]
+    return launcher + program
+
+
+def serve(socket_path: str) -> None:
+    """The simulation's fork server (gpu_check.sh --cpu): tests/forked_ranks.py's, started
+    with RUN_ENV, which holds variables read at an interpreter's start or import, so they are
+    the server's (and its forks'). It ends when its stdin closes."""
+    os.environ.update(RUN_ENV)
+    os.execv(sys.executable, [sys.executable, str(FORKED_RANKS), "server", socket_path])
 
 
 class Run:
     """An entry script started in the background: `python train/X.py` or torchrun."""
 
     def __init__(self, runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
-                 env: Optional[dict] = None):
+                 env: Optional[dict] = None, torchrun: bool = False):
         self.name, self.dir = name, runs / name
-        self.cmd = command(script, [*args, "--logdir", runs, "--run-name", name], nproc)
+        self.cmd = command(script, [*args, "--logdir", runs, "--run-name", name], nproc,
+                           torchrun)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, cwd=REPO, process_group=0,
                                      env={**os.environ, **RUN_ENV, **(env or {})})
@@ -288,3 +318,9 @@ def need_decoder(name: str, module: str, why: str) -> None:
     cause = broken_decoders().get(name)
     if cause is not None:
         pytest.skip(f"the probe found --gpu-decoder {name} broken here: {cause}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["serve"] or len(sys.argv) != 3:
+        raise SystemExit("usage: python tests/gpu/gpu_tier.py serve SOCKET")
+    serve(sys.argv[2])

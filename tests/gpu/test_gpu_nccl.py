@@ -52,9 +52,10 @@ def test_nccl_options_train(extra, runs, images, saw):
 
 
 def test_a_killed_rank_ends_the_others_within_seconds(runs, images, saw):
-    # SMALL's model, sizes and loader, for far more epochs than the check lets it run
+    # SMALL's model, sizes and loader, for far more epochs than the check lets it run; under
+    # torchrun in the CPU simulation too (its ranks and its summary are what the check reads)
     run = Run(runs, "nccl-killed", "ddp.py", [*SMALL[:10], "--epochs", "30", "--device", DEVICE,
-                                              images], nproc=RANKS)
+                                              images], nproc=RANKS, torchrun=True)
     wait_for_step(run, 2)
     workers = [pid for pid in children(run.proc.pid) if rank_of(pid) is not None]
     victim = next(pid for pid in workers if rank_of(pid) == 1)
