@@ -298,43 +298,58 @@ jpegs_ready() {
   jpegs_failed=1
 }
 
-# What the machine has (and this clone's package installed into that Python where it is not
-# yet), each GPU decoder decoding a batch of a known JPEG in a process of its own; no GPU, no
-# torch or no pytest: nothing to do.
-command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-if [ -n "$wheels" ]; then  # the decoders' wheels, from files only (a system Python: PEP 668)
-  note "installing $(cd "$wheels" && echo *.whl) (pip install --no-index --no-deps)"
-  pip_wheels() { timeout 90 "$python" -m pip install --quiet --disable-pip-version-check \
-                   --no-index --no-deps "$@" "$wheels"/*.whl; }
-  pip_wheels 2>"$out/wheels.log" || pip_wheels --break-system-packages 2>>"$out/wheels.log" ||
-    note "the wheels could not be installed ($out/wheels.log); the probe says what is missing"
-fi
-probe_limit=${GPU_CHECK_PROBE_LIMIT:-45}
-batch=$([ $cpu -eq 1 ] && echo 4 || echo 256)  # bench.gpu's -b, the hardware decoder's batch
-start_limit=${GPU_CHECK_START_LIMIT:-120}  # Python's start and torch's import, per decoder
-GPU_CHECK_PROBE_LIMIT=$probe_limit GPU_CHECK_START_LIMIT=$start_limit \
-  timeout --kill-after=10 $((3 * (start_limit + probe_limit + 10) + 120)) \
-  bash launch/gpu_check.sh --probe --batch-size "$batch" "${tier[@]}" 2>&1 |
-  tee "$out/probe.txt" | tee -a "$log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || { note "the machine check stopped the session (exit $rc)"; exit 2; }
-while read -r name state; do
-  decoder[$name]="$state"
-done < <(sed -n 's/^gpu_check: decoder \([a-z-]*\) *\(.*\)$/\1 \2/p' "$out/probe.txt")
-broken_decoders=""  # the tier's decode checks skip these (GPU_TIER_BROKEN_DECODERS)
-for name in torchcodec nvimgcodec; do
-  state="${decoder[$name]:-}"
-  [[ "$state" == BROKEN* ]] || continue
-  broken_decoders+="$name=${state#BROKEN: }"$'\n'
-  if [ "$name" = nvimgcodec ] && decoder_ok nvimgcodec-whole; then
-    whole=(--nvimgcodec-whole "regions ${state}")
-    note "nvimgcodec: regions ${state}: its rows decode whole images instead" \
-         "(--gpu-decoder nvimgcodec-whole), so its hardware decoder is still measured"
-  else
-    skip_broken+=(--skip-decoder "$name=${state#BROKEN: }")
+# probe: what the machine has (and this clone's package installed into that Python where it
+# is not yet), each GPU decoder decoding a batch of a known JPEG in a process of its own; no
+# GPU, no torch or no pytest: nothing to do. -> decoder[], whole, skip_broken and the tier's
+# GPU_TIER_BROKEN_DECODERS.
+probe() {
+  command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+  if [ -n "$wheels" ]; then  # the decoders' wheels, from files only (a system Python: PEP 668)
+    note "installing $(cd "$wheels" && echo *.whl) (pip install --no-index --no-deps)"
+    pip_wheels() { timeout 90 "$python" -m pip install --quiet --disable-pip-version-check \
+                     --no-index --no-deps "$@" "$wheels"/*.whl; }
+    pip_wheels 2>"$out/wheels.log" || pip_wheels --break-system-packages 2>>"$out/wheels.log" ||
+      note "the wheels could not be installed ($out/wheels.log); the probe says what is missing"
   fi
+  local probe_limit=${GPU_CHECK_PROBE_LIMIT:-45}
+  local batch=$([ $cpu -eq 1 ] && echo 4 || echo 256)  # bench.gpu's -b, the decoder's batch
+  local start_limit=${GPU_CHECK_START_LIMIT:-120}  # Python's start, torch's import, per decoder
+  GPU_CHECK_PROBE_LIMIT=$probe_limit GPU_CHECK_START_LIMIT=$start_limit \
+    timeout --kill-after=10 $((3 * (start_limit + probe_limit + 10) + 120)) \
+    bash launch/gpu_check.sh --probe --batch-size "$batch" "${tier[@]}" 2>&1 |
+    tee "$out/probe.txt" | tee -a "$log"
+  local rc=${PIPESTATUS[0]} name state
+  [ "$rc" -eq 0 ] || { note "the machine check stopped the session (exit $rc)"; exit 2; }
+  while read -r name state; do
+    decoder[$name]="$state"
+  done < <(sed -n 's/^gpu_check: decoder \([a-z-]*\) *\(.*\)$/\1 \2/p' "$out/probe.txt")
+  broken_decoders=""  # the tier's decode checks skip these (GPU_TIER_BROKEN_DECODERS)
+  for name in torchcodec nvimgcodec; do
+    state="${decoder[$name]:-}"
+    [[ "$state" == BROKEN* ]] || continue
+    broken_decoders+="$name=${state#BROKEN: }"$'\n'
+    if [ "$name" = nvimgcodec ] && decoder_ok nvimgcodec-whole; then
+      whole=(--nvimgcodec-whole "regions ${state}")
+      note "nvimgcodec: regions ${state}: its rows decode whole images instead" \
+           "(--gpu-decoder nvimgcodec-whole), so its hardware decoder is still measured"
+    else
+      skip_broken+=(--skip-decoder "$name=${state#BROKEN: }")
+    fi
+  done
+  export GPU_TIER_BROKEN_DECODERS="$broken_decoders"
+}
+
+# Not where an earlier call with this --out finished every step asked for: the probe (15-20 s
+# of a GPU slot) would decide nothing.
+pending=0
+for step in "${steps[@]}"; do
+  finished "$step" || pending=$((pending + 1))
 done
-export GPU_TIER_BROKEN_DECODERS="$broken_decoders"
+if [ $pending -eq 0 ]; then
+  note "every step finished in an earlier call with this --out: no probe"
+else
+  probe
+fi
 
 for step in "${steps[@]}"; do
   if finished "$step"; then

@@ -119,15 +119,18 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
     assert tier.returncode == 0, log + tier.stdout[-4000:] + tier.stderr[-3000:]
     assert "gpu_session: tier: exit 0 after" in log, log
     assert "tier: the decode group left out" in tier.stdout, tier.stdout
+    assert "gpu_check: runs forked from one interpreter" in tier.stdout, tier.stdout
     assert "ModuleNotFoundError" not in (out / "tier/output.log").read_text()
     others = [group for group in GROUPS if group != "decode"]
     assert_tier_record(out / "tier", others, tier.stdout)
     checks = [json.loads(line) for line in (out / "tier/checks.jsonl").read_text().splitlines()]
     entries = [c for c in checks if c["kind"] == "check" and c["group"] == "entries"]
     assert entries and all(c["status"] == "passed" for c in entries), entries
-    # the same command again goes on where it stopped: the step is done
+    # the same command again goes on where it stopped: the step is done, so nothing is probed
     again = subprocess.run(["bash", "tools/gpu_session.sh", "--cpu", "--out", str(out),
                             "--steps", "tier"], cwd=clone, capture_output=True, text=True,
                            env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
-    assert again.stdout.count("finished in an earlier call") == 1, again.stdout
+    assert again.stdout.count("tier: finished in an earlier call") == 1, again.stdout
+    assert "every step finished in an earlier call with this --out: no probe" in again.stdout
+    assert "gpu_check: decoder" not in again.stdout, again.stdout
