@@ -37,7 +37,7 @@ from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
 # every test that starts a process is marked slow: checked as it runs
 from process_tier import slow_if_it_starts_processes  # noqa: E402,F401
 # a port for a group of processes to meet on (forked_ranks.py: the launch there takes one)
-from forked_ranks import unused_port  # noqa: E402,F401
+from forked_ranks import import_time_names, unused_port  # noqa: E402,F401
 # RECIPES_CPU_PROFILE=FILE: each test's CPU seconds, a JSON line each (tests/cpu_profile.py)
 from cpu_profile import pytest_runtest_protocol  # noqa: E402,F401
 
@@ -232,14 +232,6 @@ def forked_env(env: Optional[dict] = None) -> dict:
     if refused:
         raise ValueError(f"a forked run cannot set {refused}: use run_script")
     return {**script_env(), **(env or {}), "FORKED_RANKS_SOCKET": server_socket(script_env())}
-
-
-def import_time_names(env: Optional[dict]) -> List[str]:
-    """The variables of `env` that a process reads at its start or import: a forked run would
-    have the server's (tests/forked_ranks.py)."""
-    from forked_ranks import IMPORT_TIME_PREFIXES
-
-    return [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
 
 
 def spawn_ranks(fn: Callable, args: tuple, nprocs: int) -> None:

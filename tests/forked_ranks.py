@@ -54,6 +54,12 @@ PRELOAD = ("torch", "torchvision", "timm", "imagenet_recipes.engine", "imagenet_
 _server = None  # (process, socket path) of this pytest process's server
 
 
+def import_time_names(env) -> list:
+    """The variables of `env` (a dict, or None) that a process reads at its start or import:
+    a forked run would have the server's."""
+    return [name for name in env or {} if name.startswith(IMPORT_TIME_PREFIXES)]
+
+
 def server_socket(env: dict) -> str:
     """The socket of this process's server, started on first use with `env` (the tests' run
     environment); it ends when this process does (its stdin closes)."""

@@ -18,8 +18,9 @@ tests/forked_ranks.py): one interpreter that has imported torch, torchvision, ti
 package, of which each run (`python SCRIPT`) and each of its ranks (as `torchrun --standalone`
 starts them) is a fork. A rank's imports cost 6-7 CPU-seconds on a CPU, its tiny run a fraction
 of one. A check that acts on torchrun's own processes (its ranks' pids, its exit summary) starts
-torchrun itself (Run's `torchrun=True`), as every run does on a GPU. A forked run ends with the
-process that asked for it, so the kills above reach it too.
+torchrun itself (Run's `torchrun=True`), as every run does on a GPU, and so does a run whose
+environment sets what an interpreter reads at its start. A forked run ends with the process
+that asked for it, so the kills above reach it too.
 """
 from __future__ import annotations
 
@@ -144,15 +145,13 @@ def kill_live_groups() -> None:
 atexit.register(kill_live_groups)
 
 
-def command(script: str, args: Sequence, nproc: int = 0, torchrun: bool = False) -> List[str]:
+def command(script: str, args: Sequence, nproc: int = 0, own: bool = False) -> List[str]:
     """`python SCRIPT ARGS`, or torchrun's `nproc` ranks of it; forked from the simulation's
-    server where it runs one, unless `torchrun` asks for torchrun's own processes."""
+    server where it runs one, unless `own` asks for the run's own processes."""
     program = [str(TRAIN / script)] + [str(a) for a in args]
-    if FORKED and not (torchrun and nproc):
-        from forked_ranks import command as forked  # tests/ (pytest puts it on sys.path)
-        from forked_ranks import unused_port
-
-        return forked(nproc, program, unused_port() if nproc else 0)
+    if FORKED and not own:
+        forked = forked_ranks()
+        return forked.command(nproc, program, forked.unused_port() if nproc else 0)
     # torchrun passes SIGUSR1 (the preemption warning) on to the ranks, as
     # launch/torchrun_single.sh has it do
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -160,6 +159,13 @@ def command(script: str, args: Sequence, nproc: int = 0, torchrun: bool = False)
                  "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
                 if nproc else [sys.executable])
     return launcher + program
+
+
+def forked_ranks():
+    """tests/forked_ranks.py (tests/ is on sys.path under pytest: its conftest is there)."""
+    import forked_ranks as module
+
+    return module
 
 
 def serve(socket_path: str) -> None:
@@ -176,8 +182,9 @@ class Run:
     def __init__(self, runs: Path, name: str, script: str, args: Sequence, nproc: int = 0,
                  env: Optional[dict] = None, torchrun: bool = False):
         self.name, self.dir = name, runs / name
-        self.cmd = command(script, [*args, "--logdir", runs, "--run-name", name], nproc,
-                           torchrun)
+        # its own processes where it acts on torchrun's or sets what a fork would not get
+        own = torchrun or (FORKED and bool(forked_ranks().import_time_names(env)))
+        self.cmd = command(script, [*args, "--logdir", runs, "--run-name", name], nproc, own)
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, cwd=REPO, process_group=0,
                                      env={**os.environ, **RUN_ENV, **(env or {})})
