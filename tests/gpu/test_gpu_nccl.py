@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from .gpu_tier import (DEVICE, SIMULATED, SMALL, Run, children, elapsed,
+from .gpu_tier import (DEVICE, SIMULATED, SMALL, WORKERS, Run, children, elapsed,
                        expected_backend, finite_losses, rank_of, train, wait_for_step)
 
 RANKS = 2
@@ -28,9 +28,9 @@ def two_gpus():
 def test_nccl_ranks_validate_exactly(runs, images, saw):
     log = train(runs, "nccl-train", "ddp.py", [*SMALL, images], nproc=RANKS)
     assert log["run"][0]["backend"] == expected_backend()
-    evaluated = train(runs, "nccl-eval", "nd.py", [*SMALL[:4], "--device", DEVICE, "-e",
-                                                   "--resume", runs / "nccl-train/checkpoint.pth",
-                                                   images])
+    evaluated = train(runs, "nccl-eval", "nd.py", [*SMALL[:4], "-j", WORKERS, "--device",
+                                                   DEVICE, "-e", "--resume",
+                                                   runs / "nccl-train/checkpoint.pth", images])
     during, after = log["val"][-1], evaluated["val"][-1]
     assert (during["count"], during["top1"]) == (after["count"], after["top1"])
     saw(f"{RANKS} ranks over {expected_backend()}: validation of {during['count']} images, "

@@ -14,8 +14,8 @@ def test_validation_during_training_scores_what_the_checkpoint_holds(runs, image
     args = [*SMALL, *SHARED]
     log = train(runs, "ranks2-train", "ddp.py", [*args, images], nproc=2)
     assert log["run"][0]["world_size"] == 2
-    evaluated = train(runs, "ranks2-eval", "nd.py", [*SMALL[:4], "--device", DEVICE, "-e",
-                                                     "--resume",
+    evaluated = train(runs, "ranks2-eval", "nd.py", [*SMALL[:4], "-j", WORKERS, "--device",
+                                                     DEVICE, "-e", "--resume",
                                                      runs / "ranks2-train/checkpoint.pth",
                                                      images])
     during, after = log["val"][-1], evaluated["val"][-1]
