@@ -26,9 +26,10 @@
 # "BROKEN: the cause" (a refusal's message, "crashed: killed by SIGSEGV (exit 139)", "hung: no
 # answer within 60 s"; imagenet_recipes.data.decoder_check). A decoder that does not work leaves
 # the exit status as it is (gpu_session.sh skips what needs it).
-# With --cpu, the checks' runs are forked from one interpreter that has imported torch (a
-# check that acts on torchrun's own processes still starts torchrun); GPU_CHECK_FORKED=0 starts
-# each run as its own interpreter, as on a GPU.
+# With --cpu, each group's pytest and the checks' runs are forked from one interpreter that has
+# imported torch (a check that acts on torchrun's own processes still starts torchrun): the
+# whole tier at --first-of-each took 129 CPU-s against 274 on 2 cores. GPU_CHECK_FORKED=0
+# starts each as its own interpreter, as on a GPU.
 # --first-of-each runs only the first parameter set of a parametrized check (the first opt level,
 # the first entry script, ...): every check's code once (the CPU simulation of all groups took
 # 112 s against 176; not yet timed on a GPU). The CPU suite simulates the tier that way, since it
@@ -189,12 +190,19 @@ stop_fork_server() {
 
 # run_group GROUP: its checks under the time limit; timeout sends SIGTERM to pytest, which
 # records the check in flight and kills its runs; SIGKILL follows 20 s later if it has not
-# ended by then. The fork server's pipe is closed in there: only this script holds it.
+# ended by then. With the fork server, pytest is forked from it too (its client passes the
+# signals on); the server's pipe is closed in there: only this script holds it.
 run_group() {
+  local python_of_group=("$python") quiet=()
+  if [ -n "$forked" ]; then
+    python_of_group=("$python" tests/forked_ranks.py run --)
+    # the server imported anyio before pytest could mark its plugin for assertion rewriting
+    quiet=(-W "ignore::pytest.PytestAssertRewriteWarning")
+  fi
   (
     if [ -n "$forked" ]; then exec {forked}>&-; fi
-    timeout --kill-after=20 "$limit" "$python" -m pytest -q -p no:cacheprovider -rs \
-      "tests/gpu/test_gpu_$1.py"
+    timeout --kill-after=20 "$limit" "${python_of_group[@]}" -m pytest -q -p no:cacheprovider \
+      -rs "${quiet[@]}" "tests/gpu/test_gpu_$1.py"
   )
 }
 

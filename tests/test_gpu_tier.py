@@ -151,11 +151,11 @@ def test_a_group_stopped_by_its_time_limit_records_it_and_leaves_no_process(tmp_
                  output=log.read_text)
         limit = [pid for pid, argv in tier_processes(out) if argv[0] == b"timeout"]
         assert len(limit) == 1, tier_processes(out)
-        # the fork server and its two forked ranks are among what must not be left (a fork
-        # keeps its server's command line and environment)
+        # the fork server, the group's pytest and its two ranks forked from it are among what
+        # must not be left (a fork keeps its server's command line and environment)
         forks = [pid for pid, argv in tier_processes(out) if argv[1:3] == [
             str(REPO / "tests/forked_ranks.py").encode(), b"server"]]
-        assert len(forks) == (3 if forked == "1" else 0), tier_processes(out)
+        assert len(forks) == (4 if forked == "1" else 0), tier_processes(out)
         os.kill(limit[0], signal.SIGALRM)
         proc.wait(timeout=300)
     finally:
