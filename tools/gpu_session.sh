@@ -346,7 +346,7 @@ for step in "${steps[@]}"; do
   finished "$step" || pending=$((pending + 1))
 done
 if [ $pending -eq 0 ]; then
-  note "every step finished in an earlier call with this --out: no probe"
+  note "no probe: an earlier call with this --out ran every step asked for"
 else
   probe
 fi

@@ -132,5 +132,5 @@ def test_the_gpu_run_and_the_tier_run_from_a_fresh_clone(tmp_path, request):
                            env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
     assert again.stdout.count("tier: finished in an earlier call") == 1, again.stdout
-    assert "every step finished in an earlier call with this --out: no probe" in again.stdout
+    assert "no probe: an earlier call with this --out ran every step asked for" in again.stdout
     assert "gpu_check: decoder" not in again.stdout, again.stdout
