@@ -36,7 +36,8 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 from strict_skips import pytest_addoption, pytest_configure  # noqa: E402,F401
 # every test that starts a process is marked slow: checked as it runs
 from process_tier import slow_if_it_starts_processes  # noqa: E402,F401
-# a port for a group of processes to meet on (forked_ranks.py: the launch there takes one)
+# beside the fork server they serve (tests/forked_ranks.py; the GPU tier's simulation uses
+# them too): a port for a group of processes to meet on, the variables a fork cannot set
 from forked_ranks import import_time_names, unused_port  # noqa: E402,F401
 # RECIPES_CPU_PROFILE=FILE: each test's CPU seconds, a JSON line each (tests/cpu_profile.py)
 from cpu_profile import pytest_runtest_protocol  # noqa: E402,F401
