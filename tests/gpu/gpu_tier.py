@@ -16,11 +16,11 @@ In the simulation the runs are forked, where gpu_check.sh --cpu has started a fo
 named its socket in FORKED_RANKS_SOCKET (`python tests/gpu/gpu_tier.py serve SOCKET`;
 tests/forked_ranks.py): one interpreter that has imported torch, torchvision, timm and the
 package, of which each group's pytest, each run (`python SCRIPT`) and each of its ranks (as
-`torchrun --standalone` starts them) is a fork. A rank's imports cost 6-7 CPU-seconds on a CPU, its tiny run a fraction
-of one. A check that acts on torchrun's own processes (its ranks' pids, its exit summary) starts
-torchrun itself (Run's `torchrun=True`), as every run does on a GPU, and so does a run whose
-environment sets what an interpreter reads at its start. A forked run ends with the process
-that asked for it, so the kills above reach it too.
+`torchrun --standalone` starts them) is a fork. A rank's imports cost 6-7 CPU-seconds on a
+CPU, its tiny run a fraction of one. A check that acts on torchrun's own processes (its ranks'
+pids, its exit summary) starts torchrun itself (Run's `torchrun=True`), as every run does on a
+GPU, and so does a run whose environment sets what an interpreter reads at its start. A forked
+run ends with the process that asked for it, so the kills above reach it too.
 """
 from __future__ import annotations
 
