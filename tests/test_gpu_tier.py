@@ -79,6 +79,25 @@ def test_the_tier_lists_its_groups_and_refuses_an_unknown_one():
     assert bad.returncode == 2 and "unknown group warp-drive" in bad.stderr
 
 
+@pytest.mark.slow
+def test_a_fork_server_that_does_not_start_leaves_each_run_its_own_interpreter(tmp_path):
+    """The simulation's fork server not ready within GPU_CHECK_START_LIMIT (0 here: never in
+    time): gpu_check says so in one line, the group runs its checks each in interpreters of
+    their own, and the server it gave up on is gone once gpu_check has ended."""
+    out = tmp_path / "record"
+    proc = gpu_check("--cpu", "--first-of-each", "--out", out, "layout",
+                     env={"GPU_CHECK_START_LIMIT": "0"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "gpu_check: the fork server did not start, each run starts its own interpreter" \
+        in proc.stdout, proc.stdout
+    assert "runs forked from one interpreter" not in proc.stdout
+    assert [r["status"] for r in checks(out)[1:]] == ["passed"], checks(out)
+    deadline = time.monotonic() + 120  # it notices its closed stdin once its imports are done
+    while tier_processes(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not tier_processes(out), tier_processes(out)
+
+
 def assert_tier_record(out: Path, groups, output: str = "") -> None:
     """A CPU simulation's record (`gpu_check.sh --cpu --first-of-each --out OUT GROUPS`): each
     group's session describes the machine, then its checks; every check passed or skipped, at
