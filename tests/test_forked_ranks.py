@@ -1,12 +1,14 @@
 """tests/forked_ranks.py, the runs forked from a pre-imported interpreter (conftest.run_forked):
 each is the script's own process, as `python SCRIPT` is, with its environment, argv, folder,
-output and exit status; several are torchrun's ranks; a signal for the run reaches it, and a run
-whose requester dies goes with it."""
+output and exit status; several are torchrun's ranks; a signal for the run reaches it, a run
+whose requester dies goes with it, and the helper processes multiprocessing starts for a run are
+forked as well."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -85,3 +87,78 @@ def test_a_signal_reaches_the_run_and_a_dead_requester_takes_the_run_with_it(scr
             while os.path.exists(f"/proc/{run}") and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert not os.path.exists(f"/proc/{run}"), "the run outlived its requester"
+
+
+ENDINGS = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=True))
+case = sys.argv[1]
+if case == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+elif case == "message":
+    sys.exit("bye")
+elif case == "error":
+    raise ValueError("boom")
+elif case == "interrupt":
+    raise KeyboardInterrupt
+sys.stdout.write("unflushed")
+"""
+
+
+@pytest.mark.parametrize("case", ["thread", "message", "error", "interrupt"])
+def test_a_forked_run_ends_as_the_interpreter_ends_a_script(case, tmp_path):
+    """Its threads joined, atexit handlers run, output flushed, an uncaught exception or
+    sys.exit's message printed, the same exit status: as `python SCRIPT` (the forked run skips
+    only the teardown of the modules, which are the server's)."""
+    path = tmp_path / "endings.py"
+    path.write_text(ENDINGS)
+    real = subprocess.run([sys.executable, str(path), case], capture_output=True, text=True,
+                          env=script_env(), timeout=60)
+    forked = run_forked(str(path), [case], check=False, timeout=60)
+    assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout), forked.stderr
+    assert forked.stderr.splitlines()[-1:] == real.stderr.splitlines()[-1:]
+    assert "atexit ran" in real.stdout and real.returncode == {
+        "thread": 0, "message": 1, "error": 1, "interrupt": -signal.SIGINT}[case]
+
+
+HELPERS = """
+import multiprocessing, os, sys
+
+def report(queue):
+    queue.put(("torch" in sys.modules, os.environ.get("ASKED")))
+
+if __name__ == "__main__":
+    for method in ("forkserver", "spawn"):
+        context = multiprocessing.get_context(method)
+        queue = context.Queue()
+        child = context.Process(target=report, args=(queue,))
+        child.start()
+        print(method, *queue.get(timeout=60), flush=True)
+        child.join()
+        print(method, "exit", child.exitcode, flush=True)
+"""
+
+
+def test_a_runs_multiprocessing_helpers_are_forked_too_and_end_with_it(tmp_path):
+    """multiprocessing's fork server and spawned processes (the loader workers' server) are new
+    interpreters in a real run; in a forked one they come from the server as well (torch
+    already imported: none of its 5-6 CPU-s of imports), with the run's environment and the
+    pipes multiprocessing gave them, and they end with their run: the server has no child
+    left."""
+    import forked_ranks
+
+    path = tmp_path / "helpers.py"
+    path.write_text(HELPERS)
+    proc = run_forked(str(path), [], env={"ASKED": "yes"}, timeout=120)
+    assert proc.stdout.splitlines() == ["forkserver True yes", "forkserver exit 0",
+                                        "spawn True yes", "spawn exit 0"], proc.stderr
+    server = forked_ranks._server[0].pid
+    deadline = time.monotonic() + 30
+    while _children(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _children(server) == []
+
+
+def _children(pid: int) -> list:
+    return [child for task in os.listdir(f"/proc/{pid}/task")
+            for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
