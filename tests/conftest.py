@@ -285,6 +285,16 @@ def proc_stat(pid: int) -> List[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def children(pid: int) -> List[int]:
+    """The processes `pid` started and that have not ended, from any of its threads (a fork
+    server's, torchrun's ranks, a trainer's loader fork server); [] when `pid` is gone."""
+    try:
+        return [int(child) for task in os.listdir(f"/proc/{pid}/task")
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    except OSError:  # gone, or a thread that ended between the listing and the read
+        return []
+
+
 def _dump_stacks_one_by_one(pgid: int) -> None:
     """SIGABRT to each process of the group in turn (faulthandler prints its stacks): signalled
     all at once, processes sharing a stderr pipe interleave their stacks character by

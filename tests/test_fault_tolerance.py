@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, jpeg_bytes,
-                      proc_stat, read_jsonl, records, run_forked, run_script, start_forked,
-                      start_script, unused_port)
+from conftest import (LOADER_WORKERS, REPO, TINY, TRAIN, add_damaged_files, children,
+                      jpeg_bytes, proc_stat, read_jsonl, records, run_forked, run_script,
+                      start_forked, start_script, unused_port)
 from step_hold import held, hold_env, release, wait_for
 
 
@@ -87,19 +87,13 @@ def uninterrupted_ddp(tiny_imagefolder, tmp_path_factory):
     return logdir / "ref/checkpoint.pth"
 
 
-def _children(pid: int) -> list:
-    """The processes `pid`'s main thread started (torchrun's ranks, a trainer's fork server)."""
-    return [int(child) for child in
-            Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
 def _rank_pid(torchrun_pid: int, rank: int) -> int:
     """The pid of one rank among torchrun's children (each worker's environment names it)."""
-    children = _children(torchrun_pid)
-    for pid in children:
+    ranks = children(torchrun_pid)
+    for pid in ranks:
         if f"RANK={rank}".encode() in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
             return int(pid)
-    raise AssertionError(f"no rank {rank} among torchrun's children {children}")
+    raise AssertionError(f"no rank {rank} among torchrun's children {ranks}")
 
 
 @pytest.mark.slow
@@ -242,10 +236,10 @@ def test_loader_workers_end_soon_after_a_killed_trainer(tiny_imagefolder, tmp_pa
                                              "--logdir", tmp_path, tiny_imagefolder],
                        hold_dir, after=2)
     wait_for(held(hold_dir), "held at step 2", proc)
-    servers = [p for p in _children(proc.pid)
+    servers = [p for p in children(proc.pid)
                if b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(servers) == 1
-    workers = _children(servers[0])
+    workers = children(servers[0])
     assert len(workers) == 2  # the training loader's (validation's start at the epoch's end)
     proc.kill()
     proc.wait()

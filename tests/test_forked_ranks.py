@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, run_forked, script_env
+from conftest import REPO, children, run_forked, script_env
 
 pytestmark = pytest.mark.slow
 
@@ -154,11 +154,7 @@ def test_a_runs_multiprocessing_helpers_are_forked_too_and_end_with_it(tmp_path)
                                         "spawn True yes", "spawn exit 0"], proc.stderr
     server = forked_ranks._server[0].pid
     deadline = time.monotonic() + 30
-    while _children(server) and time.monotonic() < deadline:
+    while children(server) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _children(server) == []
-
-
-def _children(pid: int) -> list:
-    return [child for task in os.listdir(f"/proc/{pid}/task")
-            for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
+    assert children(server) == []
+    os.kill(server, 0)  # the server is still there: its children ended, not the server
