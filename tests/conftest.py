@@ -289,10 +289,16 @@ def children(pid: int) -> List[int]:
     """The processes `pid` started and that have not ended, from any of its threads (a fork
     server's, torchrun's ranks, a trainer's loader fork server); [] when `pid` is gone."""
     try:
-        return [int(child) for task in os.listdir(f"/proc/{pid}/task")
-                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    except OSError:  # gone, or a thread that ended between the listing and the read
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # gone
         return []
+    found = []
+    for thread in threads:
+        try:
+            found += map(int, Path(f"/proc/{pid}/task/{thread}/children").read_text().split())
+        except OSError:  # a thread that ended since the listing: the others still count
+            continue
+    return found
 
 
 def _dump_stacks_one_by_one(pgid: int) -> None:
