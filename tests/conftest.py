@@ -164,12 +164,13 @@ def script_program(script: str) -> List[str]:
 
 
 def traced(script: str, trace_dir: Path, delay_s: float = 0.0) -> Tuple[List[str], dict]:
-    """(argv prefix, environment) that run train/<script> under tests/sample_trace.py, which
+    """(argv prefix, variables) that run train/<script> under tests/sample_trace.py, which
     writes every training sample index the run is given into files under `trace_dir` (and
-    hands each one out `delay_s` late). Prefix the argv with `python` or `torchrun ... `."""
+    hands each one out `delay_s` late). Prefix the argv with `python` or `torchrun ... `; the
+    variables go beside the run's own environment (script_env, or run_forked's `env`)."""
     trace_dir.mkdir(parents=True, exist_ok=True)
     return ([str(TESTS / "sample_trace.py"), str(trace_dir), str(TRAIN / script)],
-            {**script_env(), "SAMPLE_TRACE_DELAY_S": str(delay_s)})
+            {"SAMPLE_TRACE_DELAY_S": str(delay_s)})
 
 
 def traced_samples(trace_dir: Path, epoch: int = 0) -> List[int]:

@@ -245,10 +245,10 @@ def test_gpu_backend_trains_with_loader_workers(tiny_imagefolder, tmp_path, torc
 def test_two_ranks_train_each_sample_once_per_epoch(tiny_imagefolder, tmp_path, torchcodec):
     """The ranks forked as torchrun starts them (conftest.run_forked): the sampler's shards are
     the subject here, torchrun's own start is tested with real processes elsewhere."""
-    (wrapper, *script), env = traced("ddp.py", tmp_path / "trace")
+    (wrapper, *script), trace_env = traced("ddp.py", tmp_path / "trace")
     run_forked(wrapper, [*script, *TINY, "-b", "4", "--epochs", "2", "--data-backend", "gpu",
                          "--logdir", tmp_path, "--run-name", "ddp", tiny_imagefolder],
-               nproc=2, env={"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"]})
+               nproc=2, env=trace_env)
     for epoch in (0, 1):
         assert Counter(traced_samples(tmp_path / "trace", epoch)) == Counter(range(64))
     assert [v["count"] for v in records(tmp_path / "ddp", "val")] == [20, 20]

@@ -235,8 +235,7 @@ def _start_ranks(args, world, tmp_path, trace_dir=None, sample_delay_s=0.0, held
     port = unused_port()
     script, extra = [str(TRAIN / "ps.py")], {}
     if trace_dir is not None:
-        script, env = traced("ps.py", trace_dir, sample_delay_s)
-        extra = {"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"]}
+        script, extra = traced("ps.py", trace_dir, sample_delay_s)
     procs = []
     for rank in range(world):
         rank_env = {**extra, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),

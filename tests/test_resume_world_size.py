@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import (REPO, TESTS, TINY, forked_command, forked_env, records, run_forked,
-                      traced, traced_samples)
+                      script_env, traced, traced_samples)
 from step_hold import held, hold_env, release, wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts real processes
@@ -30,10 +30,11 @@ def _traced(nproc: int, trace_dir, args, output, hold: dict = None,
         prefix, env = [str(TESTS / "step_hold.py"), *prefix], {**env, **hold}
     if forked:
         cmd = forked_command(prefix[0], [*prefix[1:], *args], nproc)
-        env = forked_env({"SAMPLE_TRACE_DELAY_S": env["SAMPLE_TRACE_DELAY_S"], **(hold or {})})
+        env = forked_env(env)
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={nproc}", *prefix, *map(str, args)]
+        env = {**script_env(), **env}
     with open(output, "w") as out:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
